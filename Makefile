@@ -1,0 +1,39 @@
+# idemq: the two commands are `make demo` and `make test`.
+# Both install what they need (Python venvs for the local AWS stack, pinned
+# in scripts/requirements-*.txt) and start the stack themselves.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+# Loads the local stack's endpoints (written by `scripts/stack.sh up`).
+WITH_STACK := set -a && . .state/stack.env && set +a &&
+
+.PHONY: help demo test lint fmt stack-up stack-down stack-status
+
+help:
+	@echo "make demo        run idemq on the local AWS stack and show what it did"
+	@echo "make test        all tests (starts and stops the local stack)"
+	@echo "make lint        cargo fmt --check and clippy -D warnings"
+	@echo "make stack-up    start LocalStack (SQS) + moto (DynamoDB) on 127.0.0.1"
+	@echo "make stack-down  stop them"
+
+demo:
+	@scripts/demo.sh
+
+test:
+	@scripts/test.sh
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets --locked -- -D warnings
+
+fmt:
+	cargo fmt
+
+stack-up:
+	@scripts/stack.sh up
+
+stack-down:
+	@scripts/stack.sh down
+
+stack-status:
+	@scripts/stack.sh status

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `make test`: lint, start the local AWS stack, run every test tier, stop the
+# stack whatever happened, and exit non-zero if anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The stack is stopped on every exit path, but only if this run started it:
+# a developer's already-running stack is left as it was.
+started_here=0
+cleanup() {
+    if [ "$started_here" = 1 ]; then scripts/stack.sh down; fi
+}
+trap cleanup EXIT
+
+echo "== lint (fmt, clippy)"
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+
+echo "== local AWS stack"
+if ! scripts/stack.sh status >/dev/null 2>&1; then started_here=1; fi
+scripts/stack.sh up
+set -a; . .state/stack.env; set +a
+
+echo "== emulator wrapper self-test"
+.state/venv-moto/bin/python scripts/test_moto_dynamodb.py
+
+echo "== cargo test (unit, mocked SDK, local stack, CLI)"
+cargo test --locked --all-targets
+# Doc examples are tests too; they share the build above.
+cargo test --locked --doc

@@ -1,0 +1,455 @@
+//! The dedup transaction: a job's marker and its effect in one
+//! `TransactWriteItems`.
+//!
+//! The marker is a `Put` with `attribute_not_exists(pk)`. If it commits, the
+//! effect committed with it; if a crash or an error stops the transaction,
+//! neither did. There is no "in progress" state and no lock: two deliveries
+//! of one job may both run the handler, exactly one transaction commits, and
+//! the other finds the marker and is reported as a [`CommitOutcome::Duplicate`].
+//!
+//! Cancellation reasons are read by index: index 0 is the marker, index
+//! `i + 1` is effect write `i`.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+
+use crate::config::TableLayout;
+use crate::effect::{Effect, EffectError, Item, MarkerSlot};
+use crate::job::{JobId, PayloadHash};
+
+/// What happened to one job's commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Marker and effect are applied.
+    Committed,
+    /// The job was committed before, with the same payload: acknowledge it
+    /// and apply nothing.
+    Duplicate,
+    /// The job id was committed before with a *different* payload. Nothing
+    /// was applied; this is never acknowledged silently.
+    Conflict { stored_hash: PayloadHash },
+    /// An effect write's own condition failed (the handler's business
+    /// outcome, e.g. insufficient funds). Nothing was applied, no marker left.
+    Rejected { index: usize, reason: String },
+    /// Contention, throttling, a timeout or a server error: nothing is known
+    /// to be applied, and trying again later is safe.
+    Transient { reason: String },
+}
+
+/// A commit that cannot succeed by being tried again.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("invalid effect: {0}")]
+    Effect(#[from] EffectError),
+    #[error("DynamoDB refused the transaction as invalid: {0}")]
+    Invalid(String),
+    #[error("table {0} does not exist")]
+    TableNotFound(String),
+    #[error("DynamoDB error: {0}")]
+    Service(String),
+}
+
+/// The job a commit is for.
+#[derive(Debug, Clone, Copy)]
+pub struct JobRef<'a> {
+    pub id: &'a JobId,
+    pub payload_hash: &'a PayloadHash,
+    /// The source queue (name or URL), stored in the marker for operators.
+    pub queue: &'a str,
+}
+
+/// A marker as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub job_id: String,
+    pub payload_hash: PayloadHash,
+    pub committed_at: String,
+    pub queue: String,
+    pub expires_at: SystemTime,
+}
+
+/// Commits effects with their markers. Cheap to clone; build one per
+/// process and share it.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    client: Client,
+    layout: TableLayout,
+    marker_ttl: Duration,
+}
+
+impl Committer {
+    pub fn new(client: Client, layout: TableLayout, marker_ttl: Duration) -> Self {
+        Self {
+            client,
+            layout,
+            marker_ttl,
+        }
+    }
+
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
+    }
+
+    fn slot(&self) -> MarkerSlot<'_> {
+        MarkerSlot {
+            table: &self.layout.table_name,
+            partition_key: &self.layout.partition_key,
+            reserved_prefix: &self.layout.key_prefix,
+        }
+    }
+
+    /// Commits `effect` for `job` in one `TransactWriteItems` (one round
+    /// trip; a second read only when the marker already exists and the
+    /// emulator did not return it with the cancellation).
+    pub async fn commit(
+        &self,
+        job: JobRef<'_>,
+        effect: &Effect,
+    ) -> Result<CommitOutcome, CommitError> {
+        effect.validate(&self.slot())?;
+        let mut items = Vec::with_capacity(effect.len() + 1);
+        if effect.uses_marker() {
+            items.push(self.marker_put(job, SystemTime::now())?);
+        }
+        for write in effect.writes() {
+            items.push(write.to_sdk()?);
+        }
+        if items.is_empty() {
+            return Ok(CommitOutcome::Committed);
+        }
+        let sent = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            // Makes the SDK's own retries of this call idempotent on AWS.
+            // Random per call, so a later delivery with a different effect
+            // is never refused as IdempotentParameterMismatch.
+            .client_request_token(format!("{:032x}", rand::random::<u128>()))
+            .send()
+            .await;
+        let err = match sent {
+            Ok(_) => return Ok(CommitOutcome::Committed),
+            Err(err) => err,
+        };
+        let reasons = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                e.cancellation_reasons()
+            }
+            _ => return classify_sdk_error(err, &self.layout.table_name),
+        };
+        match classify_cancellation(reasons, effect.uses_marker()) {
+            Cancellation::Outcome(outcome) => Ok(outcome),
+            Cancellation::Invalid(why) => Err(CommitError::Invalid(why)),
+            Cancellation::MarkerExists(item) => Ok(self.compare_marker(job, item).await),
+        }
+    }
+
+    /// Duplicate or conflict, by the stored payload hash. A retried
+    /// transaction that had in fact committed (an emulator that ignores
+    /// `ClientRequestToken`) lands here too, with our own hash: a duplicate.
+    async fn compare_marker(&self, job: JobRef<'_>, returned: Option<&Item>) -> CommitOutcome {
+        let stored = match returned {
+            Some(item) => self.parse_marker(item),
+            None => match self.read_marker(job.id).await {
+                Ok(found) => found,
+                Err(e) => {
+                    return CommitOutcome::Transient {
+                        reason: format!("marker exists but could not be read: {e}"),
+                    };
+                }
+            },
+        };
+        match stored {
+            Some(m) if &m.payload_hash == job.payload_hash => CommitOutcome::Duplicate,
+            Some(m) => CommitOutcome::Conflict {
+                stored_hash: m.payload_hash,
+            },
+            // Expired between the write and the read: the next try commits.
+            None => CommitOutcome::Transient {
+                reason: "marker condition failed but no marker is stored".into(),
+            },
+        }
+    }
+
+    /// Reads a job's marker with a consistent read.
+    pub async fn read_marker(&self, job_id: &JobId) -> Result<Option<Marker>, CommitError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.layout.table_name)
+            .key(
+                &self.layout.partition_key,
+                AttributeValue::S(self.layout.marker_key(job_id.as_str())),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| CommitError::Service(DisplayErrorContext(e).to_string()))?;
+        Ok(out.item().and_then(|item| self.parse_marker(item)))
+    }
+
+    fn parse_marker(&self, item: &Item) -> Option<Marker> {
+        let s = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let expires = item
+            .get(&self.layout.expires_at)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+            .map_or(UNIX_EPOCH, |secs| UNIX_EPOCH + Duration::from_secs(secs));
+        Some(Marker {
+            job_id: s(&self.layout.job_id)?,
+            payload_hash: PayloadHash::from_hex(s(&self.layout.payload_hash)?),
+            committed_at: s(&self.layout.committed_at).unwrap_or_default(),
+            queue: s(&self.layout.queue).unwrap_or_default(),
+            expires_at: expires,
+        })
+    }
+
+    fn marker_put(
+        &self,
+        job: JobRef<'_>,
+        now: SystemTime,
+    ) -> Result<TransactWriteItem, EffectError> {
+        let l = &self.layout;
+        let expires_at = (now + self.marker_ttl)
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let item: Item = HashMap::from([
+            (
+                l.partition_key.clone(),
+                AttributeValue::S(l.marker_key(job.id.as_str())),
+            ),
+            (l.job_id.clone(), AttributeValue::S(job.id.to_string())),
+            (
+                l.payload_hash.clone(),
+                AttributeValue::S(job.payload_hash.to_string()),
+            ),
+            (
+                l.committed_at.clone(),
+                AttributeValue::S(humantime::format_rfc3339_millis(now).to_string()),
+            ),
+            (l.queue.clone(), AttributeValue::S(job.queue.to_owned())),
+            (
+                l.expires_at.clone(),
+                AttributeValue::N(expires_at.to_string()),
+            ),
+        ]);
+        let put = Put::builder()
+            .table_name(&l.table_name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", &l.partition_key)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| EffectError::Build(e.to_string()))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+}
+
+/// What a `TransactionCanceledException` means for this commit.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Cancellation<'a> {
+    Outcome(CommitOutcome),
+    /// The marker's condition failed; the old marker if DynamoDB returned it.
+    MarkerExists(Option<&'a Item>),
+    Invalid(String),
+}
+
+const TRANSIENT_CODES: [&str; 4] = [
+    "TransactionConflict",
+    "ProvisionedThroughputExceeded",
+    "ThrottlingError",
+    "RequestLimitExceeded",
+];
+
+/// Reads cancellation reasons by index. Precedence: an existing marker
+/// settles it (the job is done, whatever else failed); then errors that a
+/// retry cannot fix; then contention and throttling, which a retry may turn
+/// into any outcome; only then an effect condition, the business outcome.
+pub(crate) fn classify_cancellation(
+    reasons: &[CancellationReason],
+    has_marker: bool,
+) -> Cancellation<'_> {
+    fn code(r: &CancellationReason) -> &str {
+        r.code().unwrap_or("None")
+    }
+    let message = |r: &CancellationReason| r.message().unwrap_or("").to_owned();
+    let effect_index = |i: usize| i - usize::from(has_marker);
+
+    if has_marker
+        && let Some(marker) = reasons.first()
+        && code(marker) == "ConditionalCheckFailed"
+    {
+        return Cancellation::MarkerExists(marker.item());
+    }
+    let find =
+        |pred: &dyn Fn(&str) -> bool| reasons.iter().enumerate().find(|(_, r)| pred(code(r)));
+    if let Some((i, r)) =
+        find(&|c| c == "ValidationError" || c == "ItemCollectionSizeLimitExceeded")
+    {
+        let what = if has_marker && i == 0 {
+            "the marker".to_owned()
+        } else {
+            format!("effect write {}", effect_index(i))
+        };
+        return Cancellation::Invalid(format!("{what}: {}: {}", code(r), message(r)));
+    }
+    if let Some((_, r)) = find(&|c| TRANSIENT_CODES.contains(&c)) {
+        return Cancellation::Outcome(CommitOutcome::Transient {
+            reason: format!("transaction cancelled: {}: {}", code(r), message(r)),
+        });
+    }
+    if let Some((i, r)) = find(&|c| c == "ConditionalCheckFailed") {
+        return Cancellation::Outcome(CommitOutcome::Rejected {
+            index: effect_index(i),
+            reason: message(r),
+        });
+    }
+    let codes: Vec<&str> = reasons.iter().map(code).collect();
+    Cancellation::Outcome(CommitOutcome::Transient {
+        reason: format!("transaction cancelled for no known reason: {codes:?}"),
+    })
+}
+
+/// Any other error of `TransactWriteItems`: throttling, server errors,
+/// timeouts and lost connections are transient (the marker makes a retry
+/// safe even if the request was applied); the rest need a person.
+fn classify_sdk_error(
+    err: SdkError<TransactWriteItemsError>,
+    table: &str,
+) -> Result<CommitOutcome, CommitError> {
+    let transient = |err: &SdkError<TransactWriteItemsError>| CommitOutcome::Transient {
+        reason: DisplayErrorContext(err).to_string(),
+    };
+    match &err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            Ok(transient(&err))
+        }
+        SdkError::ServiceError(ctx) => {
+            let e = ctx.err();
+            if e.is_provisioned_throughput_exceeded_exception()
+                || e.is_request_limit_exceeded()
+                || e.is_throttling_exception()
+                || e.is_internal_server_error()
+                || e.is_transaction_in_progress_exception()
+                || ctx.raw().status().is_server_error()
+            {
+                Ok(transient(&err))
+            } else if e.is_resource_not_found_exception() {
+                Err(CommitError::TableNotFound(table.to_owned()))
+            } else if e.code() == Some("ValidationException") {
+                Err(CommitError::Invalid(e.message().unwrap_or("").to_owned()))
+            } else {
+                Err(CommitError::Service(DisplayErrorContext(&err).to_string()))
+            }
+        }
+        _ => Err(CommitError::Service(DisplayErrorContext(&err).to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(code: &str) -> CancellationReason {
+        CancellationReason::builder()
+            .code(code)
+            .message(format!("{code} happened"))
+            .build()
+    }
+
+    #[test]
+    fn marker_condition_failure_means_the_job_exists_whatever_else_failed() {
+        let item = Item::from([("pk".to_string(), AttributeValue::S("x".into()))]);
+        let marker = CancellationReason::builder()
+            .code("ConditionalCheckFailed")
+            .set_item(Some(item.clone()))
+            .build();
+        let reasons = [marker, reason("TransactionConflict")];
+        assert_eq!(
+            classify_cancellation(&reasons, true),
+            Cancellation::MarkerExists(Some(&item))
+        );
+        let without_item = [reason("ConditionalCheckFailed"), reason("None")];
+        assert_eq!(
+            classify_cancellation(&without_item, true),
+            Cancellation::MarkerExists(None)
+        );
+    }
+
+    #[test]
+    fn effect_condition_failure_is_a_rejection_with_the_effect_index() {
+        let reasons = [
+            reason("None"),
+            reason("None"),
+            reason("ConditionalCheckFailed"),
+        ];
+        assert_eq!(
+            classify_cancellation(&reasons, true),
+            Cancellation::Outcome(CommitOutcome::Rejected {
+                index: 1,
+                reason: "ConditionalCheckFailed happened".into()
+            })
+        );
+        // Without a marker, reason i is effect write i; index 0 is not the marker.
+        let reasons = [reason("ConditionalCheckFailed"), reason("None")];
+        assert!(matches!(
+            classify_cancellation(&reasons, false),
+            Cancellation::Outcome(CommitOutcome::Rejected { index: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn contention_and_throttling_are_transient_and_win_over_a_rejection() {
+        for code in TRANSIENT_CODES {
+            let reasons = [
+                reason("None"),
+                reason("ConditionalCheckFailed"),
+                reason(code),
+            ];
+            match classify_cancellation(&reasons, true) {
+                Cancellation::Outcome(CommitOutcome::Transient { reason }) => {
+                    assert!(reason.contains(code), "{reason}")
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn validation_errors_are_permanent_and_name_the_write() {
+        let reasons = [
+            reason("None"),
+            reason("TransactionConflict"),
+            reason("ValidationError"),
+        ];
+        match classify_cancellation(&reasons, true) {
+            Cancellation::Invalid(why) => {
+                assert!(why.starts_with("effect write 1: ValidationError"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match classify_cancellation(&[reason("ValidationError")], true) {
+            Cancellation::Invalid(why) => assert!(why.starts_with("the marker"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_or_missing_reasons_are_transient() {
+        for reasons in [vec![], vec![reason("None")], vec![reason("SomethingNew")]] {
+            assert!(matches!(
+                classify_cancellation(&reasons, true),
+                Cancellation::Outcome(CommitOutcome::Transient { .. })
+            ));
+        }
+    }
+}

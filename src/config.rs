@@ -1,0 +1,269 @@
+//! Configuration: behaviour settings and table layout, kept apart.
+//!
+//! Behaviour (how long markers live, where a job id is found) changes with
+//! the workload; layout (attribute names) changes only with the table. Both
+//! come from `IDEMQ_*` environment variables with typed defaults. AWS
+//! endpoints are never configured here: the SDK reads `AWS_ENDPOINT_URL*`.
+
+use std::time::Duration;
+
+use crate::job::JobIdResolver;
+
+/// Default marker lifetime: source retention (up to 14 days) is rarely that
+/// long, and 21 days covers the default 4 days + 14 days of DLQ + a replay day.
+pub const DEFAULT_MARKER_TTL: Duration = Duration::from_secs(21 * 24 * 3600);
+
+/// How long after a dead letter's retention ends a replay may still happen.
+pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// Attribute names of the idemq table. The table has one string partition
+/// key and DynamoDB TTL enabled on `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableLayout {
+    pub table_name: String,
+    pub partition_key: String,
+    pub expires_at: String,
+    pub job_id: String,
+    pub payload_hash: String,
+    pub committed_at: String,
+    pub queue: String,
+    /// Every key idemq writes starts with this; effects may not use it.
+    pub key_prefix: String,
+}
+
+impl TableLayout {
+    pub fn new(table_name: impl Into<String>) -> Self {
+        Self {
+            table_name: table_name.into(),
+            partition_key: "pk".into(),
+            expires_at: "expires_at".into(),
+            job_id: "job_id".into(),
+            payload_hash: "payload_hash".into(),
+            committed_at: "committed_at".into(),
+            queue: "queue".into(),
+            key_prefix: "idemq#".into(),
+        }
+    }
+
+    /// `IDEMQ_TABLE` (required) and the optional `IDEMQ_ATTR_PK`,
+    /// `IDEMQ_ATTR_EXPIRES_AT`, `IDEMQ_KEY_PREFIX` overrides.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let table = get("IDEMQ_TABLE")
+            .filter(|t| !t.is_empty())
+            .ok_or(ConfigError::Missing("IDEMQ_TABLE"))?;
+        let mut layout = Self::new(table);
+        for (var, slot) in [
+            ("IDEMQ_ATTR_PK", &mut layout.partition_key),
+            ("IDEMQ_ATTR_EXPIRES_AT", &mut layout.expires_at),
+            ("IDEMQ_KEY_PREFIX", &mut layout.key_prefix),
+        ] {
+            if let Some(v) = get(var) {
+                if v.is_empty() {
+                    return Err(ConfigError::Invalid {
+                        var,
+                        value: v,
+                        why: "must not be empty".into(),
+                    });
+                }
+                *slot = v;
+            }
+        }
+        Ok(layout)
+    }
+
+    /// The key of a job's dedup marker.
+    pub fn marker_key(&self, job_id: &str) -> String {
+        format!("{}job#{job_id}", self.key_prefix)
+    }
+}
+
+/// Behaviour settings of the dedup protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyConfig {
+    /// How long a marker is kept (DynamoDB TTL). Must outlive every copy of
+    /// the job: see [`check_marker_ttl`].
+    pub marker_ttl: Duration,
+    pub job_id: JobIdResolver,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self {
+            marker_ttl: DEFAULT_MARKER_TTL,
+            job_id: JobIdResolver::new(),
+        }
+    }
+}
+
+impl IdempotencyConfig {
+    /// `IDEMQ_MARKER_TTL` (a duration such as `21d` or `504h`) and
+    /// `IDEMQ_JOB_ID_POINTER` (a JSON pointer such as `/transfer_id`).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(v) = get("IDEMQ_MARKER_TTL") {
+            config.marker_ttl = parse_duration("IDEMQ_MARKER_TTL", &v)?;
+        }
+        if let Some(p) = get("IDEMQ_JOB_ID_POINTER").filter(|p| !p.is_empty()) {
+            if !p.starts_with('/') {
+                return Err(ConfigError::Invalid {
+                    var: "IDEMQ_JOB_ID_POINTER",
+                    value: p,
+                    why: "a JSON pointer starts with '/', e.g. /transfer_id".into(),
+                });
+            }
+            config.job_id = config.job_id.with_body_pointer(p);
+        }
+        Ok(config)
+    }
+}
+
+/// Parses a human duration (`90s`, `15m`, `21d`) for the variable `var`.
+pub fn parse_duration(var: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    let d = humantime::parse_duration(value).map_err(|e| ConfigError::Invalid {
+        var,
+        value: value.to_owned(),
+        why: e.to_string(),
+    })?;
+    if d.is_zero() {
+        return Err(ConfigError::Invalid {
+            var,
+            value: value.to_owned(),
+            why: "must be longer than zero".into(),
+        });
+    }
+    Ok(d)
+}
+
+/// A configuration value that is missing or malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0} is not set")]
+    Missing(&'static str),
+    #[error("{var}={value:?} is invalid: {why}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        why: String,
+    },
+}
+
+/// The marker TTL is shorter than the time a copy of the job can still
+/// arrive: after it expires, a late copy would be applied again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "marker TTL {ttl} is shorter than source retention {source_retention} + DLQ retention \
+     {dlq_retention} + replay window {replay} = {needed}: a job replayed late would be applied twice; \
+     raise IDEMQ_MARKER_TTL to at least {needed}",
+    ttl = humantime::format_duration(*ttl),
+    source_retention = humantime::format_duration(*source_retention),
+    dlq_retention = humantime::format_duration(*dlq_retention),
+    replay = humantime::format_duration(REPLAY_WINDOW),
+    needed = humantime::format_duration(*source_retention + *dlq_retention + REPLAY_WINDOW),
+)]
+pub struct TtlTooShort {
+    pub ttl: Duration,
+    pub source_retention: Duration,
+    pub dlq_retention: Duration,
+}
+
+/// Checks that a marker outlives every copy of its job: the source queue's
+/// retention, then the DLQ's, then a day to replay it.
+pub fn check_marker_ttl(
+    ttl: Duration,
+    source_retention: Duration,
+    dlq_retention: Duration,
+) -> Result<(), TtlTooShort> {
+    if ttl < source_retention + dlq_retention + REPLAY_WINDOW {
+        return Err(TtlTooShort {
+            ttl,
+            source_retention,
+            dlq_retention,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    #[test]
+    fn ttl_must_cover_both_retentions_and_a_replay_day() {
+        assert_eq!(check_marker_ttl(21 * DAY, 4 * DAY, 14 * DAY), Ok(()));
+        assert_eq!(check_marker_ttl(19 * DAY, 4 * DAY, 14 * DAY), Ok(()));
+        let err = check_marker_ttl(19 * DAY - Duration::from_secs(1), 4 * DAY, 14 * DAY)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("4days"), "{err}");
+        assert!(err.contains("14days"), "{err}");
+        assert!(err.contains("= 19days"), "{err}");
+        assert!(check_marker_ttl(21 * DAY, 14 * DAY, 14 * DAY).is_err());
+    }
+
+    #[test]
+    fn layout_from_env() {
+        assert_eq!(
+            TableLayout::from_lookup(env(&[])),
+            Err(ConfigError::Missing("IDEMQ_TABLE"))
+        );
+        let l = TableLayout::from_lookup(env(&[("IDEMQ_TABLE", "jobs")])).unwrap();
+        assert_eq!(l, TableLayout::new("jobs"));
+        assert_eq!(l.marker_key("t-1"), "idemq#job#t-1");
+        let l = TableLayout::from_lookup(env(&[
+            ("IDEMQ_TABLE", "jobs"),
+            ("IDEMQ_ATTR_PK", "id"),
+            ("IDEMQ_ATTR_EXPIRES_AT", "ttl"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (l.partition_key.as_str(), l.expires_at.as_str()),
+            ("id", "ttl")
+        );
+        assert!(matches!(
+            TableLayout::from_lookup(env(&[("IDEMQ_TABLE", "jobs"), ("IDEMQ_ATTR_PK", "")])),
+            Err(ConfigError::Invalid {
+                var: "IDEMQ_ATTR_PK",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn idempotency_config_from_env() {
+        let c = IdempotencyConfig::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.marker_ttl, DEFAULT_MARKER_TTL);
+        let c = IdempotencyConfig::from_lookup(env(&[
+            ("IDEMQ_MARKER_TTL", "30d"),
+            ("IDEMQ_JOB_ID_POINTER", "/transfer_id"),
+        ]))
+        .unwrap();
+        assert_eq!(c.marker_ttl, 30 * DAY);
+        assert_eq!(c.job_id.body_pointer.as_deref(), Some("/transfer_id"));
+        let err = IdempotencyConfig::from_lookup(env(&[("IDEMQ_MARKER_TTL", "soon")])).unwrap_err();
+        assert!(
+            err.to_string().contains("IDEMQ_MARKER_TTL=\"soon\""),
+            "{err}"
+        );
+        assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_MARKER_TTL", "0s")])).is_err());
+        assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_JOB_ID_POINTER", "id")])).is_err());
+    }
+}

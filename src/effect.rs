@@ -1,0 +1,611 @@
+//! The `Effect`: the DynamoDB writes that *are* a job's result.
+//!
+//! A handler does not write to DynamoDB itself. It returns an [`Effect`], and
+//! [`crate::commit`] commits it together with the job's dedup marker in one
+//! `TransactWriteItems`, so the job is either done (marker and effect) or not
+//! done at all. Everything DynamoDB would refuse for shape or size is refused
+//! here first, before any I/O, with an error that says which write is wrong.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck as SdkConditionCheck, Delete as SdkDelete, Put as SdkPut,
+    TransactWriteItem, Update as SdkUpdate,
+};
+
+/// DynamoDB's limit on actions in one `TransactWriteItems`.
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
+/// DynamoDB's limit on the aggregate size of one transaction.
+pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
+/// DynamoDB's limit on one item.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// A DynamoDB item or key, as the SDK represents it.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// The primary key of the item a write targets.
+///
+/// ```
+/// use idemq::effect::Key;
+/// let key = Key::string("pk", "account#alice");
+/// assert_eq!(key.get("pk").and_then(|v| v.as_s().ok()).map(String::as_str), Some("account#alice"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key(Item);
+
+impl Key {
+    /// A key of one attribute.
+    pub fn new(name: impl Into<String>, value: AttributeValue) -> Self {
+        Self(HashMap::from([(name.into(), value)]))
+    }
+
+    /// A key of one string attribute, the common case.
+    pub fn string(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self::new(name, AttributeValue::S(value.into()))
+    }
+
+    /// Adds the sort key of a composite key.
+    pub fn and(mut self, name: impl Into<String>, value: AttributeValue) -> Self {
+        self.0.insert(name.into(), value);
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&AttributeValue> {
+        self.0.get(name)
+    }
+
+    pub fn as_item(&self) -> &Item {
+        &self.0
+    }
+}
+
+/// What a [`Write`] does to its item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteKind {
+    /// Replace the whole item with the key plus these attributes.
+    Put {
+        attributes: Item,
+    },
+    /// Apply an update expression (`SET`, `ADD`, `REMOVE`, `DELETE`).
+    Update {
+        expression: String,
+    },
+    Delete,
+    /// Write nothing; only require the condition to hold.
+    ConditionCheck,
+}
+
+/// One action of a transaction: a kind, a target item and an optional
+/// condition, with the expression names and values they use.
+///
+/// ```
+/// use aws_sdk_dynamodb::types::AttributeValue;
+/// use idemq::effect::{Key, Write};
+/// let credit = Write::update("bank", Key::string("pk", "account#alice"), "ADD balance :amount")
+///     .value(":amount", AttributeValue::N("25".into()));
+/// let entry = Write::put(
+///     "bank",
+///     Key::string("pk", "entry#t-1"),
+///     [("amount".to_string(), AttributeValue::N("25".into()))].into(),
+/// )
+/// .condition("attribute_not_exists(pk)");
+/// # let _ = (credit, entry);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    table: String,
+    key: Key,
+    kind: WriteKind,
+    condition: Option<String>,
+    names: HashMap<String, String>,
+    values: Item,
+}
+
+impl Write {
+    fn new(table: impl Into<String>, key: Key, kind: WriteKind) -> Self {
+        Self {
+            table: table.into(),
+            key,
+            kind,
+            condition: None,
+            names: HashMap::new(),
+            values: HashMap::new(),
+        }
+    }
+
+    /// Replaces the item at `key` with the key plus `attributes`.
+    pub fn put(table: impl Into<String>, key: Key, attributes: Item) -> Self {
+        Self::new(table, key, WriteKind::Put { attributes })
+    }
+
+    pub fn update(table: impl Into<String>, key: Key, expression: impl Into<String>) -> Self {
+        let expression = expression.into();
+        Self::new(table, key, WriteKind::Update { expression })
+    }
+
+    pub fn delete(table: impl Into<String>, key: Key) -> Self {
+        Self::new(table, key, WriteKind::Delete)
+    }
+
+    /// A write that only asserts `condition` on an item.
+    pub fn condition_check(
+        table: impl Into<String>,
+        key: Key,
+        condition: impl Into<String>,
+    ) -> Self {
+        Self::new(table, key, WriteKind::ConditionCheck).condition(condition)
+    }
+
+    /// The condition the item must meet for the whole transaction to apply.
+    /// If it fails, the commit outcome is `Rejected` with this write's index.
+    pub fn condition(mut self, expression: impl Into<String>) -> Self {
+        self.condition = Some(expression.into());
+        self
+    }
+
+    /// An expression attribute name (`#name`).
+    pub fn name(mut self, placeholder: impl Into<String>, name: impl Into<String>) -> Self {
+        self.names.insert(placeholder.into(), name.into());
+        self
+    }
+
+    /// An expression attribute value (`:value`).
+    pub fn value(mut self, placeholder: impl Into<String>, value: AttributeValue) -> Self {
+        self.values.insert(placeholder.into(), value);
+        self
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    pub fn kind(&self) -> &WriteKind {
+        &self.kind
+    }
+
+    /// Approximate bytes this action adds to the request, by DynamoDB's item
+    /// size rules (names + values). Used for the 400 KB and 4 MB limits.
+    fn size(&self) -> usize {
+        let mut n = self.table.len() + item_size(&self.key.0) + item_size(&self.values);
+        n += self.condition.as_ref().map_or(0, String::len);
+        n += self
+            .names
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
+        match &self.kind {
+            WriteKind::Put { attributes } => n + item_size(attributes),
+            WriteKind::Update { expression } => n + expression.len(),
+            WriteKind::Delete | WriteKind::ConditionCheck => n,
+        }
+    }
+
+    fn stored_size(&self) -> usize {
+        match &self.kind {
+            WriteKind::Put { attributes } => item_size(&self.key.0) + item_size(attributes),
+            _ => 0,
+        }
+    }
+
+    /// The SDK form of this write. Only called on validated writes.
+    pub(crate) fn to_sdk(&self) -> Result<TransactWriteItem, EffectError> {
+        let names = (!self.names.is_empty()).then(|| self.names.clone());
+        let values = (!self.values.is_empty()).then(|| self.values.clone());
+        let built = match &self.kind {
+            WriteKind::Put { attributes } => {
+                let mut item = self.key.0.clone();
+                item.extend(attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
+                SdkPut::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(item))
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map(|p| TransactWriteItem::builder().put(p).build())
+            }
+            WriteKind::Update { expression } => SdkUpdate::builder()
+                .table_name(&self.table)
+                .set_key(Some(self.key.0.clone()))
+                .update_expression(expression)
+                .set_condition_expression(self.condition.clone())
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .build()
+                .map(|u| TransactWriteItem::builder().update(u).build()),
+            WriteKind::Delete => SdkDelete::builder()
+                .table_name(&self.table)
+                .set_key(Some(self.key.0.clone()))
+                .set_condition_expression(self.condition.clone())
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .build()
+                .map(|d| TransactWriteItem::builder().delete(d).build()),
+            WriteKind::ConditionCheck => SdkConditionCheck::builder()
+                .table_name(&self.table)
+                .set_key(Some(self.key.0.clone()))
+                .condition_expression(self.condition.clone().unwrap_or_default())
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .build()
+                .map(|c| TransactWriteItem::builder().condition_check(c).build()),
+        };
+        built.map_err(|e| EffectError::Build(e.to_string()))
+    }
+}
+
+/// The result of a job: DynamoDB writes committed atomically with the job's
+/// dedup marker.
+///
+/// ```
+/// use aws_sdk_dynamodb::types::AttributeValue;
+/// use idemq::effect::{Effect, Key, Write};
+/// let effect = Effect::new()
+///     .with(Write::update("bank", Key::string("pk", "account#a"), "ADD balance :n")
+///         .value(":n", AttributeValue::N("5".into())));
+/// assert_eq!(effect.len(), 1);
+/// assert!(effect.uses_marker());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    writes: Vec<Write>,
+    marker: bool,
+}
+
+impl Default for Effect {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Effect {
+    /// An effect with no writes yet. Committing an empty effect still writes
+    /// the marker: the job is done (useful when its only side effect is
+    /// outside DynamoDB and guarded by a downstream idempotency key).
+    pub const fn new() -> Self {
+        Self {
+            writes: Vec::new(),
+            marker: true,
+        }
+    }
+
+    pub fn with(mut self, write: Write) -> Self {
+        self.writes.push(write);
+        self
+    }
+
+    pub fn push(&mut self, write: Write) {
+        self.writes.push(write);
+    }
+
+    /// Commits the writes without a dedup marker. Only for naturally
+    /// idempotent effects (pure upserts: applying them twice leaves the same
+    /// state); duplicates are then neither detected nor reported.
+    pub fn without_marker(mut self) -> Self {
+        self.marker = false;
+        self
+    }
+
+    pub fn uses_marker(&self) -> bool {
+        self.marker
+    }
+
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Checks everything DynamoDB would refuse for shape or size. `marker`
+    /// names the marker's table, key attribute and reserved key prefix: an
+    /// effect may not write any key under that prefix in that table.
+    pub fn validate(&self, marker: &MarkerSlot<'_>) -> Result<(), EffectError> {
+        let limit = MAX_TRANSACTION_ITEMS - usize::from(self.marker);
+        if self.writes.len() > limit {
+            return Err(EffectError::TooManyWrites {
+                count: self.writes.len(),
+                limit,
+            });
+        }
+        let mut total = 0;
+        for (index, w) in self.writes.iter().enumerate() {
+            if w.table.is_empty() {
+                return Err(EffectError::EmptyTable { index });
+            }
+            if w.key.0.is_empty() {
+                return Err(EffectError::EmptyKey { index });
+            }
+            if w.kind == WriteKind::ConditionCheck
+                && w.condition.as_deref().unwrap_or("").is_empty()
+            {
+                return Err(EffectError::EmptyCondition { index });
+            }
+            if w.table == marker.table && marker.reserves(&w.key) {
+                return Err(EffectError::MarkerKey { index });
+            }
+            if let Some(first) = self.writes[..index]
+                .iter()
+                .position(|o| o.table == w.table && o.key == w.key)
+            {
+                return Err(EffectError::SameItemTwice {
+                    first,
+                    second: index,
+                    table: w.table.clone(),
+                });
+            }
+            let stored = w.stored_size();
+            if stored > MAX_ITEM_BYTES {
+                return Err(EffectError::ItemTooLarge {
+                    index,
+                    bytes: stored,
+                });
+            }
+            total += w.size();
+        }
+        if total > MAX_TRANSACTION_BYTES {
+            return Err(EffectError::TooLarge { bytes: total });
+        }
+        Ok(())
+    }
+}
+
+impl FromIterator<Write> for Effect {
+    fn from_iter<I: IntoIterator<Item = Write>>(iter: I) -> Self {
+        Self {
+            writes: iter.into_iter().collect(),
+            marker: true,
+        }
+    }
+}
+
+/// Where the dedup markers live, so an effect cannot write over one.
+#[derive(Debug, Clone, Copy)]
+pub struct MarkerSlot<'a> {
+    pub table: &'a str,
+    pub partition_key: &'a str,
+    /// Every key idemq writes itself starts with this prefix.
+    pub reserved_prefix: &'a str,
+}
+
+impl MarkerSlot<'_> {
+    fn reserves(&self, key: &Key) -> bool {
+        matches!(
+            key.get(self.partition_key),
+            Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix)
+        )
+    }
+}
+
+/// Why an effect cannot be committed. Permanent: the same handler given the
+/// same job returns the same effect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EffectError {
+    #[error("effect has {count} writes; at most {limit} fit in one transaction with the marker")]
+    TooManyWrites { count: usize, limit: usize },
+    #[error(
+        "effect writes {first} and {second} target the same item in table {table}; DynamoDB refuses two actions on one item in a transaction"
+    )]
+    SameItemTwice {
+        first: usize,
+        second: usize,
+        table: String,
+    },
+    #[error("effect write {index} targets a key reserved for idemq's markers")]
+    MarkerKey { index: usize },
+    #[error(
+        "effect write {index} stores an item of {bytes} bytes; the DynamoDB limit is {MAX_ITEM_BYTES}"
+    )]
+    ItemTooLarge { index: usize, bytes: usize },
+    #[error("effect is {bytes} bytes; a transaction may carry at most {MAX_TRANSACTION_BYTES}")]
+    TooLarge { bytes: usize },
+    #[error("effect write {index} has an empty table name")]
+    EmptyTable { index: usize },
+    #[error("effect write {index} has an empty key")]
+    EmptyKey { index: usize },
+    #[error("effect write {index} is a condition check without a condition")]
+    EmptyCondition { index: usize },
+    #[error("could not build the DynamoDB request: {0}")]
+    Build(String),
+}
+
+/// Size of an item by DynamoDB's rules: attribute names plus values.
+pub fn item_size(item: &Item) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+}
+
+fn value_size(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number_size(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
+        AttributeValue::Ns(v) => v.iter().map(|n| number_size(n)).sum(),
+        AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(v) => 3 + v.iter().map(|e| 1 + value_size(e)).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, e)| 1 + k.len() + value_size(e))
+                .sum::<usize>()
+        }
+        // A variant added by a newer SDK: count it generously.
+        _ => 64,
+    }
+}
+
+/// DynamoDB stores about two significant digits per byte, plus one byte.
+fn number_size(n: &str) -> usize {
+    let digits = n.chars().filter(char::is_ascii_digit).count();
+    digits.div_ceil(2) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SLOT: MarkerSlot<'static> = MarkerSlot {
+        table: "t",
+        partition_key: "pk",
+        reserved_prefix: "idemq#",
+    };
+
+    fn counter(i: usize) -> Write {
+        Write::update("t", Key::string("pk", format!("c{i}")), "ADD n :one")
+            .value(":one", AttributeValue::N("1".into()))
+    }
+
+    #[test]
+    fn ninety_nine_writes_fit_with_the_marker_a_hundredth_does_not() {
+        let effect: Effect = (0..99).map(counter).collect();
+        assert_eq!(effect.validate(&SLOT), Ok(()));
+        let effect = effect.with(counter(99));
+        assert_eq!(
+            effect.validate(&SLOT),
+            Err(EffectError::TooManyWrites {
+                count: 100,
+                limit: 99
+            })
+        );
+        // Without the marker the hundredth slot is free.
+        assert_eq!(effect.clone().without_marker().validate(&SLOT), Ok(()));
+        let err = effect.without_marker().with(counter(100)).validate(&SLOT);
+        assert!(matches!(
+            err,
+            Err(EffectError::TooManyWrites { limit: 100, .. })
+        ));
+    }
+
+    #[test]
+    fn two_writes_on_one_item_are_refused_with_both_indexes() {
+        let effect = Effect::new()
+            .with(counter(1))
+            .with(counter(2))
+            .with(Write::delete("t", Key::string("pk", "c1")));
+        assert_eq!(
+            effect.validate(&SLOT),
+            Err(EffectError::SameItemTwice {
+                first: 0,
+                second: 2,
+                table: "t".into()
+            })
+        );
+        // The same key in another table is another item.
+        let ok = Effect::new()
+            .with(counter(1))
+            .with(Write::delete("other", Key::string("pk", "c1")));
+        assert_eq!(ok.validate(&SLOT), Ok(()));
+        // A composite key differing only in the sort key is another item.
+        let a = Key::string("pk", "a").and("sk", AttributeValue::N("1".into()));
+        let b = Key::string("pk", "a").and("sk", AttributeValue::N("2".into()));
+        let ok = Effect::new()
+            .with(Write::delete("t", a.clone()))
+            .with(Write::delete("t", b));
+        assert_eq!(ok.validate(&SLOT), Ok(()));
+        let dup = Effect::new()
+            .with(Write::delete("t", a.clone()))
+            .with(Write::condition_check("t", a, "attribute_exists(pk)"));
+        assert!(matches!(
+            dup.validate(&SLOT),
+            Err(EffectError::SameItemTwice { .. })
+        ));
+    }
+
+    #[test]
+    fn marker_keys_are_reserved_in_the_marker_table_only() {
+        let on_marker = Effect::new().with(counter(0)).with(Write::put(
+            "t",
+            Key::string("pk", "idemq#job#x"),
+            Item::new(),
+        ));
+        assert_eq!(
+            on_marker.validate(&SLOT),
+            Err(EffectError::MarkerKey { index: 1 })
+        );
+        let elsewhere = Effect::new().with(Write::put(
+            "u",
+            Key::string("pk", "idemq#job#x"),
+            Item::new(),
+        ));
+        assert_eq!(elsewhere.validate(&SLOT), Ok(()));
+    }
+
+    #[test]
+    fn size_limits() {
+        let big = "x".repeat(300 * 1024);
+        let blob = |names: &[&str]| -> Item {
+            names
+                .iter()
+                .map(|n| (n.to_string(), AttributeValue::S(big.clone())))
+                .collect()
+        };
+        let one = Write::put("t", Key::string("pk", "a"), blob(&["blob"]));
+        assert_eq!(Effect::new().with(one).validate(&SLOT), Ok(()));
+        let too_big = Write::put("t", Key::string("pk", "a"), blob(&["blob", "blob2"]));
+        assert!(matches!(
+            Effect::new().with(too_big).validate(&SLOT),
+            Err(EffectError::ItemTooLarge { index: 0, bytes }) if bytes > MAX_ITEM_BYTES
+        ));
+        // Fourteen 300 KB items: each fits, together they pass 4 MB.
+        let effect: Effect = (0..14)
+            .map(|i| Write::put("t", Key::string("pk", format!("k{i}")), blob(&["blob"])))
+            .collect();
+        assert!(matches!(
+            effect.validate(&SLOT),
+            Err(EffectError::TooLarge { bytes }) if bytes > MAX_TRANSACTION_BYTES
+        ));
+    }
+
+    #[test]
+    fn malformed_writes_are_refused() {
+        let e = Effect::new().with(Write::delete("", Key::string("pk", "a")));
+        assert_eq!(e.validate(&SLOT), Err(EffectError::EmptyTable { index: 0 }));
+        let e = Effect::new().with(Write::delete("t", Key(Item::new())));
+        assert_eq!(e.validate(&SLOT), Err(EffectError::EmptyKey { index: 0 }));
+        let e = Effect::new().with(Write::condition_check("t", Key::string("pk", "a"), ""));
+        assert_eq!(
+            e.validate(&SLOT),
+            Err(EffectError::EmptyCondition { index: 0 })
+        );
+    }
+
+    #[test]
+    fn sizes_follow_dynamodb_rules() {
+        assert_eq!(number_size("12345"), 4);
+        assert_eq!(number_size("-1.5"), 2);
+        let item = Item::from([("ab".to_string(), AttributeValue::S("xyz".into()))]);
+        assert_eq!(item_size(&item), 5);
+    }
+
+    #[test]
+    fn sdk_form_carries_every_part() {
+        let w = Write::put(
+            "t",
+            Key::string("pk", "a"),
+            Item::from([("v".to_string(), AttributeValue::N("1".into()))]),
+        )
+        .condition("attribute_not_exists(#p)")
+        .name("#p", "pk");
+        let sdk = w.to_sdk().unwrap();
+        let put = sdk.put().unwrap();
+        assert_eq!(put.table_name(), "t");
+        assert_eq!(put.item().len(), 2);
+        assert_eq!(put.condition_expression(), Some("attribute_not_exists(#p)"));
+        assert_eq!(put.expression_attribute_names().unwrap()["#p"], "pk");
+        assert!(put.expression_attribute_values().is_none());
+        let c = counter(3).to_sdk().unwrap();
+        let u = c.update().unwrap();
+        assert_eq!(u.update_expression(), "ADD n :one");
+        assert_eq!(u.key()["pk"], AttributeValue::S("c3".into()));
+    }
+}

@@ -1,0 +1,503 @@
+//! `idemq init`: create, or verify if they exist, the source queue, its DLQ
+//! and the table, on whatever endpoint the environment names.
+//!
+//! Running it twice is harmless: existing resources are checked against
+//! what was asked for, and a difference is an error that names it rather
+//! than a silent change to a queue that may be in use.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus,
+};
+use aws_sdk_sqs::types::QueueAttributeName as Attr;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::config::{TableLayout, check_marker_ttl};
+
+/// SQS's longest retention, used for the DLQ so a dead letter outlives the
+/// message it came from.
+pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+/// SQS's default retention, used for the source queue.
+pub const SOURCE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+/// SQS's limit on a visibility timeout.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct InitSpec {
+    /// Source queue name; `.fifo` is added for a FIFO queue if missing.
+    pub queue_name: String,
+    pub fifo: bool,
+    /// Receives before SQS moves a message to the DLQ.
+    pub max_receive_count: u32,
+    pub visibility_timeout: Duration,
+    pub layout: TableLayout,
+    /// The marker TTL the consumers will use, checked against retention.
+    pub marker_ttl: Duration,
+}
+
+/// The resources, as printed by `idemq init`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InitReport {
+    pub queue_url: String,
+    pub dlq_url: String,
+    pub table_name: String,
+    /// What init created this time (empty on a second run).
+    #[serde(skip)]
+    pub created: Vec<String>,
+    /// Problems that do not stop init, such as a marker TTL that is too short.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("{0}")]
+    InvalidSpec(String),
+    #[error(
+        "{resource} exists with {attribute} = {found}, but {expected} was asked for; change it by hand or pick another name"
+    )]
+    Mismatch {
+        resource: String,
+        attribute: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error("SQS: {0}")]
+    Sqs(String),
+    #[error("DynamoDB: {0}")]
+    DynamoDb(String),
+    #[error("table {0} did not become ACTIVE within {1:?}")]
+    TableNotActive(String, Duration),
+}
+
+impl InitSpec {
+    /// The queue names, after validation: (source, DLQ).
+    pub fn queue_names(&self) -> Result<(String, String), InitError> {
+        let base = self
+            .queue_name
+            .strip_suffix(".fifo")
+            .unwrap_or(&self.queue_name);
+        if self.queue_name.ends_with(".fifo") && !self.fifo {
+            return Err(InitError::InvalidSpec(format!(
+                "queue name {:?} ends in .fifo; pass --fifo for a FIFO queue",
+                self.queue_name
+            )));
+        }
+        let suffix = if self.fifo { ".fifo" } else { "" };
+        let names = (format!("{base}{suffix}"), format!("{base}-dlq{suffix}"));
+        for name in [&names.0, &names.1] {
+            let stem = name.strip_suffix(".fifo").unwrap_or(name);
+            let ok_chars = stem
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if stem.is_empty() || !ok_chars || name.len() > 80 {
+                return Err(invalid_queue_name(name));
+            }
+        }
+        if !(1..=1000).contains(&self.max_receive_count) {
+            return Err(InitError::InvalidSpec(format!(
+                "--max-receive-count {} is out of range 1..=1000",
+                self.max_receive_count
+            )));
+        }
+        if self.visibility_timeout > MAX_VISIBILITY {
+            return Err(InitError::InvalidSpec(format!(
+                "--visibility-timeout-secs {} is over SQS's 43200 (12 h)",
+                self.visibility_timeout.as_secs()
+            )));
+        }
+        Ok(names)
+    }
+}
+
+fn sqs_err(e: impl std::error::Error) -> InitError {
+    InitError::Sqs(DisplayErrorContext(e).to_string())
+}
+
+fn ddb_err(e: impl std::error::Error) -> InitError {
+    InitError::DynamoDb(DisplayErrorContext(e).to_string())
+}
+
+fn invalid_queue_name(name: &str) -> InitError {
+    InitError::InvalidSpec(format!(
+        "queue name {name:?} is invalid: 1-80 characters of A-Z a-z 0-9 - _ (plus .fifo)"
+    ))
+}
+
+/// Creates or verifies the DLQ, the source queue (redriving to the DLQ) and
+/// the table, in that order.
+pub async fn init(
+    sqs: &aws_sdk_sqs::Client,
+    ddb: &aws_sdk_dynamodb::Client,
+    spec: &InitSpec,
+) -> Result<InitReport, InitError> {
+    let (queue_name, dlq_name) = spec.queue_names()?;
+    let mut created = Vec::new();
+    let fifo = spec.fifo.then(|| (Attr::FifoQueue, "true".to_owned()));
+
+    let dlq_attrs: Vec<(Attr, String)> = [
+        Some((
+            Attr::MessageRetentionPeriod,
+            DLQ_RETENTION.as_secs().to_string(),
+        )),
+        Some((Attr::SqsManagedSseEnabled, "true".to_owned())),
+        fifo.clone(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let dlq_url = ensure_queue(sqs, &dlq_name, &dlq_attrs, &mut created).await?;
+    let dlq_arn = queue_arn(sqs, &dlq_url).await?;
+
+    let redrive =
+        json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count});
+    let queue_attrs: Vec<(Attr, String)> = [
+        Some((
+            Attr::VisibilityTimeout,
+            spec.visibility_timeout.as_secs().to_string(),
+        )),
+        Some((Attr::RedrivePolicy, redrive.to_string())),
+        Some((Attr::SqsManagedSseEnabled, "true".to_owned())),
+        fifo,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let queue_url = ensure_queue(sqs, &queue_name, &queue_attrs, &mut created).await?;
+    let queue_arn = queue_arn(sqs, &queue_url).await?;
+
+    // Only this queue may redrive into the DLQ, so a replay can always find
+    // where a dead letter came from.
+    let allow = json!({"redrivePermission": "byQueue", "sourceQueueArns": [queue_arn]});
+    sqs.set_queue_attributes()
+        .queue_url(&dlq_url)
+        .attributes(Attr::RedriveAllowPolicy, allow.to_string())
+        .send()
+        .await
+        .map_err(sqs_err)?;
+
+    if ensure_table(ddb, &spec.layout).await? {
+        created.push(format!("table {}", spec.layout.table_name));
+    }
+
+    let source_retention = retention(sqs, &queue_url).await?;
+    let warnings = check_marker_ttl(spec.marker_ttl, source_retention, DLQ_RETENTION)
+        .err()
+        .map(|e| e.to_string())
+        .into_iter()
+        .collect();
+    Ok(InitReport {
+        queue_url,
+        dlq_url,
+        table_name: spec.layout.table_name.clone(),
+        created,
+        warnings,
+    })
+}
+
+async fn ensure_queue(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    wanted: &[(Attr, String)],
+    created: &mut Vec<String>,
+) -> Result<String, InitError> {
+    match sqs.get_queue_url().queue_name(name).send().await {
+        Ok(out) => {
+            let url = out.queue_url().unwrap_or_default().to_owned();
+            let found = queue_attributes(sqs, &url).await?;
+            for (attr, expected) in wanted {
+                verify_attribute(name, attr, expected, found.get(attr))?;
+            }
+            Ok(url)
+        }
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_queue_does_not_exist()) =>
+        {
+            let attrs: HashMap<Attr, String> = wanted.iter().cloned().collect();
+            let out = sqs
+                .create_queue()
+                .queue_name(name)
+                .set_attributes(Some(attrs))
+                .send()
+                .await
+                .map_err(sqs_err)?;
+            created.push(format!("queue {name}"));
+            Ok(out.queue_url().unwrap_or_default().to_owned())
+        }
+        Err(e) => Err(sqs_err(e)),
+    }
+}
+
+/// Compares one attribute of an existing queue; a redrive policy is compared
+/// by meaning (SQS may return the count as a string or a number).
+fn verify_attribute(
+    queue: &str,
+    attr: &Attr,
+    expected: &str,
+    found: Option<&String>,
+) -> Result<(), InitError> {
+    let found_str = found.map(String::as_str).unwrap_or("(unset)");
+    let same = match attr {
+        Attr::RedrivePolicy => {
+            let norm = |s: &str| -> Option<(String, String)> {
+                let v: serde_json::Value = serde_json::from_str(s).ok()?;
+                let count = match &v["maxReceiveCount"] {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Some((v["deadLetterTargetArn"].as_str()?.to_owned(), count))
+            };
+            found.and_then(|f| norm(f)) == norm(expected)
+        }
+        // Older queues and some emulators omit SSE; it is not worth failing over.
+        Attr::SqsManagedSseEnabled => true,
+        _ => found_str == expected,
+    };
+    if same {
+        return Ok(());
+    }
+    Err(InitError::Mismatch {
+        resource: format!("queue {queue}"),
+        attribute: attr_name(attr),
+        expected: expected.to_owned(),
+        found: found_str.to_owned(),
+    })
+}
+
+fn attr_name(attr: &Attr) -> &'static str {
+    match attr {
+        Attr::RedrivePolicy => "RedrivePolicy",
+        Attr::VisibilityTimeout => "VisibilityTimeout",
+        Attr::MessageRetentionPeriod => "MessageRetentionPeriod",
+        Attr::FifoQueue => "FifoQueue",
+        _ => "an attribute",
+    }
+}
+
+async fn queue_attributes(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<HashMap<Attr, String>, InitError> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(Attr::All)
+        .send()
+        .await
+        .map_err(sqs_err)?;
+    Ok(out.attributes().cloned().unwrap_or_default())
+}
+
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, InitError> {
+    queue_attributes(sqs, url)
+        .await?
+        .remove(&Attr::QueueArn)
+        .ok_or_else(|| InitError::Sqs(format!("queue {url} has no QueueArn")))
+}
+
+/// A queue's `MessageRetentionPeriod`.
+pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, InitError> {
+    let attrs = queue_attributes(sqs, url).await?;
+    let secs = attrs
+        .get(&Attr::MessageRetentionPeriod)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SOURCE_RETENTION.as_secs());
+    Ok(Duration::from_secs(secs))
+}
+
+/// Creates the table (one string partition key, on-demand, TTL on
+/// `expires_at`) or verifies the existing one. True when it was created.
+pub async fn ensure_table(
+    ddb: &aws_sdk_dynamodb::Client,
+    layout: &TableLayout,
+) -> Result<bool, InitError> {
+    let mut created = false;
+    let table = &layout.table_name;
+    match ddb.describe_table().table_name(table).send().await {
+        Ok(out) => {
+            let keys = out.table().map(|t| t.key_schema()).unwrap_or_default();
+            let defs = out
+                .table()
+                .map(|t| t.attribute_definitions())
+                .unwrap_or_default();
+            let hash_key = keys.iter().find(|k| k.key_type() == &KeyType::Hash);
+            let pk_is_string = defs.iter().any(|d| {
+                d.attribute_name() == layout.partition_key
+                    && d.attribute_type() == &ScalarAttributeType::S
+            });
+            if keys.len() != 1
+                || hash_key.map(|k| k.attribute_name()) != Some(layout.partition_key.as_str())
+                || !pk_is_string
+            {
+                let found: Vec<String> = keys
+                    .iter()
+                    .map(|k| format!("{} {}", k.attribute_name(), k.key_type().as_str()))
+                    .collect();
+                return Err(InitError::Mismatch {
+                    resource: format!("table {table}"),
+                    attribute: "KeySchema",
+                    expected: format!("one string HASH key {:?}", layout.partition_key),
+                    found: found.join(", "),
+                });
+            }
+        }
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_resource_not_found_exception()) =>
+        {
+            ddb.create_table()
+                .table_name(table)
+                .billing_mode(BillingMode::PayPerRequest)
+                .attribute_definitions(
+                    AttributeDefinition::builder()
+                        .attribute_name(&layout.partition_key)
+                        .attribute_type(ScalarAttributeType::S)
+                        .build()
+                        .map_err(|e| InitError::DynamoDb(e.to_string()))?,
+                )
+                .key_schema(
+                    KeySchemaElement::builder()
+                        .attribute_name(&layout.partition_key)
+                        .key_type(KeyType::Hash)
+                        .build()
+                        .map_err(|e| InitError::DynamoDb(e.to_string()))?,
+                )
+                .send()
+                .await
+                .map_err(ddb_err)?;
+            created = true;
+            wait_active(ddb, table).await?;
+        }
+        Err(e) => return Err(ddb_err(e)),
+    }
+    ensure_ttl(ddb, layout).await?;
+    Ok(created)
+}
+
+async fn wait_active(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), InitError> {
+    const LIMIT: Duration = Duration::from_secs(120);
+    let start = std::time::Instant::now();
+    loop {
+        let out = ddb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(ddb_err)?;
+        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        if start.elapsed() > LIMIT {
+            return Err(InitError::TableNotActive(table.to_owned(), LIMIT));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Turns TTL on for the marker's `expires_at`, or checks it already is.
+async fn ensure_ttl(ddb: &aws_sdk_dynamodb::Client, layout: &TableLayout) -> Result<(), InitError> {
+    let table = &layout.table_name;
+    let out = ddb
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(ddb_err)?;
+    let desc = out.time_to_live_description();
+    let status = desc.and_then(|d| d.time_to_live_status());
+    let attr = desc.and_then(|d| d.attribute_name());
+    match status {
+        Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling) => {
+            if attr != Some(layout.expires_at.as_str()) {
+                return Err(InitError::Mismatch {
+                    resource: format!("table {table}"),
+                    attribute: "TimeToLive",
+                    expected: layout.expires_at.clone(),
+                    found: attr.unwrap_or("(none)").to_owned(),
+                });
+            }
+            Ok(())
+        }
+        _ => {
+            let spec = TimeToLiveSpecification::builder()
+                .enabled(true)
+                .attribute_name(&layout.expires_at)
+                .build()
+                .map_err(|e| InitError::DynamoDb(e.to_string()))?;
+            ddb.update_time_to_live()
+                .table_name(table)
+                .time_to_live_specification(spec)
+                .send()
+                .await
+                .map_err(ddb_err)?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, fifo: bool) -> InitSpec {
+        InitSpec {
+            queue_name: name.into(),
+            fifo,
+            max_receive_count: 6,
+            visibility_timeout: Duration::from_secs(30),
+            layout: TableLayout::new("t"),
+            marker_ttl: crate::config::DEFAULT_MARKER_TTL,
+        }
+    }
+
+    #[test]
+    fn queue_names() {
+        assert_eq!(
+            spec("jobs", false).queue_names().unwrap(),
+            ("jobs".into(), "jobs-dlq".into())
+        );
+        assert_eq!(
+            spec("jobs", true).queue_names().unwrap(),
+            ("jobs.fifo".into(), "jobs-dlq.fifo".into())
+        );
+        assert_eq!(
+            spec("jobs.fifo", true).queue_names().unwrap(),
+            ("jobs.fifo".into(), "jobs-dlq.fifo".into())
+        );
+        let err = spec("jobs.fifo", false)
+            .queue_names()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--fifo"), "{err}");
+        for bad in ["", "a b", "x".repeat(77).as_str(), "ü"] {
+            let err = spec(bad, false).queue_names().unwrap_err().to_string();
+            assert!(err.contains("is invalid"), "{bad}: {err}");
+        }
+        let mut s = spec("jobs", false);
+        s.max_receive_count = 0;
+        assert!(s.queue_names().is_err());
+        s.max_receive_count = 6;
+        s.visibility_timeout = Duration::from_secs(43_201);
+        assert!(s.queue_names().unwrap_err().to_string().contains("43200"));
+    }
+
+    #[test]
+    fn redrive_policy_is_compared_by_meaning() {
+        let want = r#"{"deadLetterTargetArn":"arn:q","maxReceiveCount":6}"#;
+        let as_string = r#"{"maxReceiveCount":"6","deadLetterTargetArn":"arn:q"}"#.to_string();
+        assert!(verify_attribute("q", &Attr::RedrivePolicy, want, Some(&as_string)).is_ok());
+        let other = r#"{"deadLetterTargetArn":"arn:q","maxReceiveCount":3}"#.to_string();
+        let err = verify_attribute("q", &Attr::RedrivePolicy, want, Some(&other)).unwrap_err();
+        assert!(err.to_string().contains("RedrivePolicy"), "{err}");
+        assert!(verify_attribute("q", &Attr::RedrivePolicy, want, None).is_err());
+        let vt = "60".to_string();
+        assert!(verify_attribute("q", &Attr::VisibilityTimeout, "30", Some(&vt)).is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! Job identity: which id a message carries, and the hash of its payload.
+//!
+//! SQS delivers at least once and mints a new `MessageId` when a message is
+//! redriven, so the id that dedup keys on is chosen by the producer and
+//! travels with the message: the `idemq-job-id` attribute first, then an
+//! optional JSON pointer into the body, and only then the `MessageId`.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// Name of the SQS message attribute that carries the job id.
+pub const JOB_ID_ATTRIBUTE: &str = "idemq-job-id";
+
+/// Longest job id accepted, in bytes. The marker key and every derived
+/// idempotency key must stay well inside DynamoDB's 2 KB partition key.
+pub const MAX_JOB_ID_BYTES: usize = 512;
+
+/// A validated job id: non-empty, at most [`MAX_JOB_ID_BYTES`] bytes, no
+/// control characters.
+///
+/// ```
+/// use idemq::JobId;
+/// let id = JobId::new("transfer-42").unwrap();
+/// assert_eq!(id.as_str(), "transfer-42");
+/// assert!(JobId::new("").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(String);
+
+/// Why a job id was refused. Always permanent: redelivering the message
+/// cannot change its id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidJobId {
+    #[error("job id is empty")]
+    Empty,
+    #[error("job id is {len} bytes long; the limit is {MAX_JOB_ID_BYTES}")]
+    TooLong { len: usize },
+    #[error("job id contains control character U+{code:04X} at byte {at}")]
+    ControlCharacter { code: u32, at: usize },
+    #[error("job id pointer {pointer} names a {found} in the body; expected a string or a number")]
+    NotAScalar {
+        pointer: String,
+        found: &'static str,
+    },
+}
+
+impl JobId {
+    /// Validates `id` and wraps it.
+    pub fn new(id: impl Into<String>) -> Result<Self, InvalidJobId> {
+        let id = id.into();
+        if id.is_empty() {
+            return Err(InvalidJobId::Empty);
+        }
+        if id.len() > MAX_JOB_ID_BYTES {
+            return Err(InvalidJobId::TooLong { len: id.len() });
+        }
+        if let Some((at, c)) = id.char_indices().find(|(_, c)| c.is_control()) {
+            return Err(InvalidJobId::ControlCharacter {
+                code: u32::from(c),
+                at,
+            });
+        }
+        Ok(Self(id))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A deterministic idempotency key for a side effect outside DynamoDB
+    /// (a card charge, an e-mail, a third-party API call): the same job and
+    /// step always give the same key, so the downstream service can drop the
+    /// second request. 64 lowercase hex characters (SHA-256), which fits the
+    /// usual 255-character limits of such APIs and reveals nothing of the id.
+    ///
+    /// ```
+    /// use idemq::JobId;
+    /// let job = JobId::new("order-7").unwrap();
+    /// assert_eq!(job.downstream_key("charge"), job.downstream_key("charge"));
+    /// assert_ne!(job.downstream_key("charge"), job.downstream_key("email"));
+    /// ```
+    pub fn downstream_key(&self, step: &str) -> String {
+        downstream_key(self, step)
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for JobId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// See [`JobId::downstream_key`].
+pub fn downstream_key(job: &JobId, step: &str) -> String {
+    let mut h = Sha256::new();
+    // Length-prefix both parts so ("ab", "c") and ("a", "bc") differ.
+    h.update(b"idemq-downstream-v1\0");
+    h.update((job.0.len() as u64).to_be_bytes());
+    h.update(job.0.as_bytes());
+    h.update((step.len() as u64).to_be_bytes());
+    h.update(step.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// Where a job's id was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobIdSource {
+    Attribute,
+    BodyPointer,
+    MessageId,
+}
+
+/// How to find a message's job id. The attribute always wins; the body
+/// pointer (RFC 6901, e.g. `/transfer_id`) is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobIdResolver {
+    pub body_pointer: Option<String>,
+}
+
+impl JobIdResolver {
+    pub const fn new() -> Self {
+        Self { body_pointer: None }
+    }
+
+    pub fn with_body_pointer(mut self, pointer: impl Into<String>) -> Self {
+        self.body_pointer = Some(pointer.into());
+        self
+    }
+
+    /// Resolves the job id of one message from its `idemq-job-id` attribute
+    /// value, its body and its `MessageId`, in that order of preference.
+    ///
+    /// ```
+    /// use idemq::{JobIdResolver, JobIdSource};
+    /// let r = JobIdResolver::new().with_body_pointer("/transfer_id");
+    /// let (id, from) = r.resolve(None, r#"{"transfer_id":"t-1"}"#, "m-1").unwrap();
+    /// assert_eq!((id.as_str(), from), ("t-1", JobIdSource::BodyPointer));
+    /// ```
+    pub fn resolve(
+        &self,
+        attribute: Option<&str>,
+        body: &str,
+        message_id: &str,
+    ) -> Result<(JobId, JobIdSource), InvalidJobId> {
+        if let Some(id) = attribute {
+            return Ok((JobId::new(id)?, JobIdSource::Attribute));
+        }
+        if let Some(pointer) = &self.body_pointer {
+            if let Some(id) = pointed_id(body, pointer)? {
+                return Ok((JobId::new(id)?, JobIdSource::BodyPointer));
+            }
+            tracing::warn!(
+                pointer = pointer.as_str(),
+                message_id,
+                "job id pointer not found in body; falling back to the MessageId, \
+                 so a re-sent copy of this job will not be recognised"
+            );
+        }
+        Ok((JobId::new(message_id)?, JobIdSource::MessageId))
+    }
+}
+
+/// The value at `pointer` in `body` as an id, `None` when the body is not
+/// JSON or has nothing there.
+fn pointed_id(body: &str, pointer: &str) -> Result<Option<String>, InvalidJobId> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
+        return Ok(None);
+    };
+    let found = match doc.pointer(pointer) {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::String(s)) => return Ok(Some(s.clone())),
+        Some(serde_json::Value::Number(n)) => return Ok(Some(n.to_string())),
+        Some(serde_json::Value::Bool(_)) => "boolean",
+        Some(serde_json::Value::Array(_)) => "array",
+        Some(serde_json::Value::Object(_)) => "object",
+    };
+    Err(InvalidJobId::NotAScalar {
+        pointer: pointer.to_owned(),
+        found,
+    })
+}
+
+/// SHA-256 of a message body, hex encoded. Stored in the marker so that a
+/// second delivery of the same job id can be told apart from a different job
+/// that reuses the id (a conflict).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PayloadHash(String);
+
+impl PayloadHash {
+    pub fn of(body: &[u8]) -> Self {
+        Self(hex::encode(Sha256::digest(body)))
+    }
+
+    /// Wraps a hash read back from a marker.
+    pub fn from_hex(hex: impl Into<String>) -> Self {
+        Self(hex.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PayloadHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_wins_over_pointer_and_message_id() {
+        let r = JobIdResolver::new().with_body_pointer("/id");
+        let (id, from) = r.resolve(Some("attr"), r#"{"id":"body"}"#, "msg").unwrap();
+        assert_eq!(id.as_str(), "attr");
+        assert_eq!(from, JobIdSource::Attribute);
+    }
+
+    #[test]
+    fn pointer_then_message_id() {
+        let r = JobIdResolver::new().with_body_pointer("/a/b");
+        let (id, from) = r.resolve(None, r#"{"a":{"b":"x-1"}}"#, "msg").unwrap();
+        assert_eq!((id.as_str(), from), ("x-1", JobIdSource::BodyPointer));
+
+        let (id, from) = r.resolve(None, r#"{"a":{"b":17}}"#, "msg").unwrap();
+        assert_eq!((id.as_str(), from), ("17", JobIdSource::BodyPointer));
+
+        for body in [r#"{"a":{}}"#, "not json", r#"{"a":{"b":null}}"#] {
+            let (id, from) = r.resolve(None, body, "msg").unwrap();
+            assert_eq!(
+                (id.as_str(), from),
+                ("msg", JobIdSource::MessageId),
+                "{body}"
+            );
+        }
+
+        let (id, from) = JobIdResolver::new()
+            .resolve(None, r#"{"a":{"b":"x"}}"#, "msg")
+            .unwrap();
+        assert_eq!((id.as_str(), from), ("msg", JobIdSource::MessageId));
+    }
+
+    #[test]
+    fn pointer_to_a_non_scalar_is_refused() {
+        let r = JobIdResolver::new().with_body_pointer("/a");
+        let err = r.resolve(None, r#"{"a":{"b":1}}"#, "msg").unwrap_err();
+        assert_eq!(
+            err,
+            InvalidJobId::NotAScalar {
+                pointer: "/a".into(),
+                found: "object"
+            }
+        );
+        assert!(err.to_string().contains("/a"));
+    }
+
+    #[test]
+    fn validation() {
+        assert_eq!(JobId::new(""), Err(InvalidJobId::Empty));
+        assert!(JobId::new("a".repeat(512)).is_ok());
+        assert_eq!(
+            JobId::new("a".repeat(513)),
+            Err(InvalidJobId::TooLong { len: 513 })
+        );
+        // Multi-byte characters count in bytes, not characters.
+        assert_eq!(
+            JobId::new("é".repeat(257)),
+            Err(InvalidJobId::TooLong { len: 514 })
+        );
+        assert_eq!(
+            JobId::new("ab\ncd"),
+            Err(InvalidJobId::ControlCharacter { code: 0x0a, at: 2 })
+        );
+        assert!(matches!(
+            JobId::new("x\u{7f}"),
+            Err(InvalidJobId::ControlCharacter { code: 0x7f, .. })
+        ));
+        assert!(JobId::new("ünïcode-ok ✓").is_ok());
+        // An invalid attribute is an error, not a fallback to the MessageId.
+        let r = JobIdResolver::new();
+        assert_eq!(r.resolve(Some(""), "{}", "msg"), Err(InvalidJobId::Empty));
+        assert!(
+            JobId::new("a\tb")
+                .unwrap_err()
+                .to_string()
+                .contains("U+0009")
+        );
+    }
+
+    #[test]
+    fn payload_hash_is_sha256_hex() {
+        assert_eq!(
+            PayloadHash::of(b"abc").as_str(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn downstream_keys_are_stable_and_distinct() {
+        let a = JobId::new("ab").unwrap();
+        let b = JobId::new("a").unwrap();
+        assert_eq!(a.downstream_key("c"), downstream_key(&a, "c"));
+        assert_ne!(a.downstream_key("c"), b.downstream_key("bc"));
+        assert_eq!(a.downstream_key("c").len(), 64);
+        // Pinned: a key handed to a payment API must never change between
+        // releases, or a redelivery after an upgrade would charge twice.
+        // (Computed independently: sha256(b"idemq-downstream-v1\0" +
+        // u64be(len) + "order-7" + u64be(len) + "charge").)
+        assert_eq!(
+            JobId::new("order-7").unwrap().downstream_key("charge"),
+            "b8084f76844065a1cda3cf84c2f04c8287c661176578d816b601cfae5556484b"
+        );
+    }
+}
