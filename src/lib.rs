@@ -14,11 +14,20 @@
 //! - [`config`]: `IDEMQ_*` settings and the table layout;
 //! - [`init`]: creating or verifying the queue, DLQ and table.
 
+pub mod backoff;
+pub mod batch;
+pub mod classify;
 pub mod commit;
 pub mod config;
+pub mod dlq;
 pub mod effect;
+pub mod handler;
+pub mod host;
 pub mod init;
 pub mod job;
+pub mod lambda;
+pub mod metrics;
+pub mod worker;
 
 pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
 pub use config::{IdempotencyConfig, TableLayout};
@@ -31,3 +40,38 @@ pub use job::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// Runs `handler` on AWS Lambda when `AWS_LAMBDA_RUNTIME_API` is set, and
+/// otherwise as a local worker that long-polls `--queue-url`.
+///
+/// ```no_run
+/// use idemq::handler::{handler_fn, JobMeta};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), idemq::host::HostError> {
+///     idemq::run(handler_fn(|_job: serde_json::Value, _meta: JobMeta| async {
+///         Ok(idemq::Effect::new())
+///     }))
+///     .await
+/// }
+/// ```
+pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
+    let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("IDEMQ_LOG").unwrap_or_else(|_| "info".into());
+    if on_lambda {
+        // JSON logs, so CloudWatch Logs Insights can query job ids.
+        let _ = tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .without_time()
+            .try_init();
+        lambda::run(handler).await
+    } else {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+        worker::run_from_args(handler).await
+    }
+}

@@ -1,0 +1,97 @@
+//! The ledger: the example every idemq doc uses.
+//!
+//! A job is a transfer `{"transfer_id", "account", "amount"}`, sent with
+//! `idemq-job-id = transfer_id`. Its effect credits the account
+//! (`ADD balance :amount` on `account#<account>`) and records a ledger
+//! entry (`entry#<transfer_id>`), committed with the dedup marker.
+//!
+//! - an amount ≤ 0, or a missing field, is a permanent error (DLQ now);
+//! - accounts listed in `LEDGER_FAIL_ACCOUNTS` (comma-separated) simulate a
+//!   downstream outage: their jobs fail transiently, are retried with
+//!   backoff, and end in the DLQ after maxReceiveCount receives.
+//!
+//! Run it as a local worker: `IDEMQ_TABLE=t cargo run --example ledger --
+//! --queue-url URL`; on Lambda the same binary answers SQS events.
+
+use std::collections::HashSet;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use idemq::effect::Item;
+use idemq::handler::{Handler, JobError, JobMeta};
+use idemq::{Effect, Key, Write};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+pub struct Transfer {
+    pub transfer_id: String,
+    pub account: String,
+    pub amount: i64,
+}
+
+pub struct Ledger {
+    pub table: String,
+    pub fail_accounts: HashSet<String>,
+}
+
+impl Ledger {
+    /// The ledger writes into the idemq table (`IDEMQ_TABLE`), and fails
+    /// the accounts in `LEDGER_FAIL_ACCOUNTS`.
+    pub fn from_env() -> Self {
+        Self {
+            table: std::env::var("IDEMQ_TABLE").unwrap_or_default(),
+            fail_accounts: std::env::var("LEDGER_FAIL_ACCOUNTS")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("amount {0} is not positive")]
+    NotPositive(i64),
+    #[error("downstream outage for account {0}")]
+    Outage(String),
+}
+
+impl Handler for Ledger {
+    type Job = Transfer;
+
+    async fn handle(&self, t: Transfer, _meta: JobMeta) -> Result<Effect, JobError> {
+        if t.amount <= 0 {
+            return Err(JobError::permanent(LedgerError::NotPositive(t.amount)));
+        }
+        if self.fail_accounts.contains(&t.account) {
+            return Err(JobError::transient(LedgerError::Outage(t.account)));
+        }
+        let amount = AttributeValue::N(t.amount.to_string());
+        let entry = Item::from([
+            ("account".to_string(), AttributeValue::S(t.account.clone())),
+            ("amount".to_string(), amount.clone()),
+        ]);
+        Ok(Effect::new()
+            .with(
+                Write::update(
+                    &self.table,
+                    Key::string("pk", format!("account#{}", t.account)),
+                    "ADD balance :amount",
+                )
+                .value(":amount", amount),
+            )
+            .with(Write::put(
+                &self.table,
+                Key::string("pk", format!("entry#{}", t.transfer_id)),
+                entry,
+            )))
+    }
+}
+
+#[allow(dead_code)] // Unused where a test includes this file for `Ledger`.
+#[tokio::main]
+async fn main() -> Result<(), idemq::host::HostError> {
+    idemq::run(Ledger::from_env()).await
+}

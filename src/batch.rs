@@ -1,0 +1,619 @@
+//! The batch contract, the same on Lambda and in the local worker.
+//!
+//! A batch is processed concurrently (bounded). FIFO messages run in order
+//! within their group, and a group stops at its first failure. Near the
+//! deadline no job is started. Then:
+//! - committed and duplicate jobs are acknowledged (Lambda deletes them; the
+//!   worker deletes them in batches);
+//! - permanent failures are sent to the DLQ with context and acknowledged;
+//! - the rest stay on the queue: their visibility is set with jittered
+//!   backoff through `ChangeMessageVisibilityBatch`, and their message ids
+//!   are returned, exactly once each, as the partial batch response.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
+};
+use futures_util::{FutureExt, StreamExt, stream};
+use tracing::Instrument;
+
+use crate::backoff::{Backoff, visibility_timeout};
+use crate::classify::{Attempt, Verdict, classify};
+use crate::commit::{Committer, JobRef};
+use crate::dlq::{DeadLetter, DeadLetters, FailureRecord, QueueInfo};
+use crate::handler::{Handler, JobMeta};
+use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, PayloadHash};
+use crate::metrics::BatchMetrics;
+
+/// One received SQS message, whichever host received it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: String,
+    pub attributes: HashMap<String, MessageAttributeValue>,
+    /// `ApproximateReceiveCount`: 1 on the first delivery.
+    pub receive_count: u32,
+    pub group_id: Option<String>,
+    /// When the receive that issued `receipt_handle` happened, for SQS's
+    /// 12-hour limit on time in flight.
+    pub received_at: Instant,
+}
+
+impl Message {
+    /// A message as the SDK received it, or `None` (logged) when SQS left out
+    /// something every message has.
+    pub fn from_sdk(m: &aws_sdk_sqs::types::Message, received_at: Instant) -> Option<Self> {
+        let (Some(id), Some(handle)) = (m.message_id(), m.receipt_handle()) else {
+            tracing::error!("received a message without id or receipt handle; leaving it");
+            return None;
+        };
+        let system = m.attributes();
+        let sys = |name: MessageSystemAttributeName| system.and_then(|a| a.get(&name)).cloned();
+        Some(Self {
+            message_id: id.to_owned(),
+            receipt_handle: handle.to_owned(),
+            body: m.body().unwrap_or_default().to_owned(),
+            attributes: m.message_attributes().cloned().unwrap_or_default(),
+            receive_count: sys(MessageSystemAttributeName::ApproximateReceiveCount)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1),
+            group_id: sys(MessageSystemAttributeName::MessageGroupId),
+            received_at,
+        })
+    }
+
+    fn job_id_attribute(&self) -> Option<&str> {
+        self.attributes.get(JOB_ID_ATTRIBUTE)?.string_value()
+    }
+}
+
+/// Batch behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Jobs (or FIFO groups) run at once.
+    pub concurrency: usize,
+    /// No job starts when less than this is left before the deadline, and
+    /// a running job is abandoned (reported failed) at half of it.
+    pub deadline_margin: Duration,
+    pub backoff: Backoff,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 10,
+            deadline_margin: Duration::from_secs(2),
+            backoff: Backoff::DEFAULT,
+        }
+    }
+}
+
+/// What happened to a batch.
+#[derive(Debug, Default)]
+pub struct BatchReport {
+    /// One verdict per message, in batch order.
+    pub verdicts: Vec<(String, Verdict)>,
+    /// Message ids left on the queue: the partial batch response. Unique,
+    /// each one of the batch, in batch order.
+    pub failed: Vec<String>,
+    /// Receipt handles of messages done with (acknowledged or dead-lettered
+    /// by idemq), for a host that deletes them itself.
+    pub done: Vec<String>,
+    pub metrics: BatchMetrics,
+}
+
+/// Processes batches for one handler. Build it once per process.
+pub struct Processor<H> {
+    handler: Arc<H>,
+    committer: Committer,
+    dead_letters: DeadLetters,
+    sqs: aws_sdk_sqs::Client,
+    resolver: JobIdResolver,
+    config: BatchConfig,
+}
+
+impl<H: Handler> Processor<H> {
+    pub fn new(
+        handler: H,
+        committer: Committer,
+        dead_letters: DeadLetters,
+        sqs: aws_sdk_sqs::Client,
+        resolver: JobIdResolver,
+        config: BatchConfig,
+    ) -> Self {
+        Self {
+            handler: Arc::new(handler),
+            committer,
+            dead_letters,
+            sqs,
+            resolver,
+            config,
+        }
+    }
+
+    /// Runs a batch to its verdicts, sends dead letters, records failures
+    /// and sets the visibility of what stays on the queue.
+    pub async fn process(
+        &self,
+        queue: &QueueInfo,
+        messages: &[Message],
+        deadline: Instant,
+    ) -> BatchReport {
+        let verdicts = schedule(messages, deadline, &self.config, |msg| {
+            self.run_one(queue, msg, deadline)
+        })
+        .await;
+        let mut report = BatchReport {
+            metrics: BatchMetrics {
+                batch_size: messages.len() as u64,
+                ..BatchMetrics::default()
+            },
+            ..BatchReport::default()
+        };
+        let mut visibility = Vec::new();
+        for (msg, (verdict, took)) in messages.iter().zip(verdicts) {
+            let m = &mut report.metrics;
+            match &verdict {
+                Verdict::Succeeded => m.succeeded += 1,
+                Verdict::Duplicate => m.duplicate += 1,
+                Verdict::Retry { retry_after, .. } => {
+                    // On its last allowed receive, SQS's redrive moves it next.
+                    if queue
+                        .max_receive_count
+                        .is_some_and(|max| msg.receive_count >= max)
+                    {
+                        m.dead_lettered += 1;
+                    } else {
+                        m.retried += 1;
+                    }
+                    let delay = retry_after.unwrap_or_else(|| {
+                        self.config
+                            .backoff
+                            .delay(msg.receive_count, &mut rand::rng())
+                    });
+                    visibility.push((msg, visibility_timeout(delay, msg.received_at.elapsed())));
+                }
+                Verdict::DeadLetter { failure } => {
+                    m.dead_lettered += 1;
+                    if failure.kind == crate::classify::FailureKind::Conflict {
+                        m.conflict += 1;
+                    }
+                }
+                Verdict::NotAttempted { .. } => visibility.push((msg, Duration::ZERO)),
+            }
+            if let Some(took) = took {
+                m.job_durations.push(took);
+            }
+            if !verdict.stays_on_queue() {
+                report.done.push(msg.receipt_handle.clone());
+            }
+            report.verdicts.push((msg.message_id.clone(), verdict));
+        }
+        report.failed = failed_ids(messages.iter().zip(report.verdicts.iter().map(|(_, v)| v)));
+        self.change_visibility(queue, &visibility).await;
+        report
+    }
+
+    /// One job: identify, decode, handle (panics caught), commit, and for a
+    /// failure record it and, if permanent, dead-letter it.
+    async fn run_one(&self, queue: &QueueInfo, msg: &Message, deadline: Instant) -> Verdict {
+        let resolved = self
+            .resolver
+            .resolve(msg.job_id_attribute(), &msg.body, &msg.message_id);
+        // No payload in logs: ids, attempt and size only.
+        let span = tracing::info_span!(
+            "job",
+            job_id = resolved.as_ref().ok().map(|(j, _)| j.as_str()),
+            message_id = msg.message_id.as_str(),
+            attempt = msg.receive_count,
+            payload_bytes = msg.body.len(),
+        );
+        self.run_resolved(queue, msg, deadline, resolved)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_resolved(
+        &self,
+        queue: &QueueInfo,
+        msg: &Message,
+        deadline: Instant,
+        resolved: Result<(crate::job::JobId, crate::job::JobIdSource), crate::job::InvalidJobId>,
+    ) -> Verdict {
+        let hash = PayloadHash::of(msg.body.as_bytes());
+        let job_id = resolved.as_ref().ok().map(|(id, _)| id.clone());
+        let attempt = match resolved {
+            Err(e) => Attempt::InvalidJobId(e),
+            Ok((id, _)) => match serde_json::from_str::<H::Job>(&msg.body) {
+                Err(e) => Attempt::Undecodable(e),
+                Ok(job) => {
+                    let meta = JobMeta {
+                        job_id: id.clone(),
+                        attempt: msg.receive_count,
+                        queue: queue.name.clone(),
+                        message_id: msg.message_id.clone(),
+                        deadline,
+                    };
+                    let work = async {
+                        let effect = self
+                            .handler
+                            .handle(job, meta)
+                            .await
+                            .map_err(Attempt::Handler)?;
+                        let job = JobRef {
+                            id: &id,
+                            payload_hash: &hash,
+                            queue: &queue.name,
+                        };
+                        Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
+                    };
+                    let abandon_at = deadline
+                        .checked_sub(self.config.deadline_margin / 2)
+                        .unwrap_or(deadline);
+                    let guarded = AssertUnwindSafe(work).catch_unwind();
+                    match tokio::time::timeout_at(abandon_at.into(), guarded).await {
+                        Err(_) => Attempt::TimedOut,
+                        Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
+                        Ok(Ok(Err(attempt))) => attempt,
+                        Ok(Ok(Ok(commit))) => Attempt::Commit(commit),
+                    }
+                }
+            },
+        };
+        let verdict = classify(attempt);
+        let failure = match &verdict {
+            Verdict::Retry { failure, .. } | Verdict::DeadLetter { failure } => failure.clone(),
+            Verdict::Succeeded => {
+                tracing::debug!("committed");
+                return verdict;
+            }
+            _ => return verdict,
+        };
+        let record = FailureRecord {
+            job_id: job_id.map(|j| j.to_string()),
+            message_id: msg.message_id.clone(),
+            attempt: msg.receive_count,
+            failure,
+            failed_at: SystemTime::now(),
+            source_queue: queue.name.clone(),
+            payload_hash: hash.to_string(),
+        };
+        tracing::warn!(
+            kind = record.failure.kind.as_str(),
+            error = record.failure.error,
+            "job failed"
+        );
+        if let Err(e) = self.dead_letters.record(&record).await {
+            tracing::error!("could not write the failure record: {e}");
+        }
+        if matches!(verdict, Verdict::DeadLetter { .. }) {
+            return self.dead_letter(queue, msg, &record, verdict).await;
+        }
+        verdict
+    }
+
+    /// Sends a permanent failure to the DLQ. If that fails, the message
+    /// stays on the source queue (retried, and redriven in the end):
+    /// nothing is acknowledged that is not safely somewhere else.
+    async fn dead_letter(
+        &self,
+        queue: &QueueInfo,
+        msg: &Message,
+        rec: &FailureRecord,
+        verdict: Verdict,
+    ) -> Verdict {
+        let Some(dlq_url) = &queue.dlq_url else {
+            tracing::error!(
+                "queue {} has no DLQ (RedrivePolicy); leaving the message on it",
+                queue.name
+            );
+            return Verdict::Retry {
+                failure: rec.failure.clone(),
+                retry_after: None,
+            };
+        };
+        let letter = DeadLetter {
+            body: &msg.body,
+            attributes: &msg.attributes,
+            group_id: msg.group_id.as_deref(),
+        };
+        match self.dead_letters.send(dlq_url, &letter, rec).await {
+            Ok(()) => verdict,
+            Err(e) => {
+                tracing::error!("could not send to the DLQ, leaving the message on the queue: {e}");
+                Verdict::Retry {
+                    failure: rec.failure.clone(),
+                    retry_after: None,
+                }
+            }
+        }
+    }
+
+    /// `ChangeMessageVisibilityBatch`, 10 entries a call. A message that is
+    /// no longer in flight (its handle expired, or it was received again)
+    /// is logged and skipped: SQS redelivers it anyway.
+    async fn change_visibility(&self, queue: &QueueInfo, entries: &[(&Message, Duration)]) {
+        for chunk in entries.chunks(10) {
+            let batch: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (msg, timeout))| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(&msg.receipt_handle)
+                        .visibility_timeout(i32::try_from(timeout.as_secs()).unwrap_or(i32::MAX))
+                        .build()
+                        .ok()
+                })
+                .collect();
+            match self
+                .sqs
+                .change_message_visibility_batch()
+                .queue_url(&queue.url)
+                .set_entries(Some(batch))
+                .send()
+                .await
+            {
+                Ok(out) => {
+                    for f in out.failed() {
+                        let msg = f.id().parse::<usize>().ok().and_then(|i| chunk.get(i));
+                        tracing::warn!(
+                            message_id = msg.map(|(m, _)| m.message_id.as_str()),
+                            code = f.code(),
+                            "visibility not changed: {}",
+                            f.message().unwrap_or("")
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    "ChangeMessageVisibilityBatch failed: {}",
+                    DisplayErrorContext(e)
+                ),
+            }
+        }
+    }
+}
+
+/// Runs `run` over a batch and returns each message's verdict (in batch
+/// order) and, if it ran, how long it took. FIFO messages form ordered
+/// groups that stop at their first failure; other messages are groups of
+/// one; up to `concurrency` groups run at once; no job starts within
+/// `deadline_margin` of the deadline.
+pub async fn schedule<'m, F, Fut>(
+    messages: &'m [Message],
+    deadline: Instant,
+    config: &BatchConfig,
+    run: F,
+) -> Vec<(Verdict, Option<Duration>)>
+where
+    F: Fn(&'m Message) -> Fut,
+    Fut: std::future::Future<Output = Verdict>,
+{
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        match m.group_id.as_deref() {
+            Some(g) => {
+                let at = *group_of.entry(g).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                });
+                groups[at].push(i);
+            }
+            None => groups.push(vec![i]),
+        }
+    }
+    let run = &run;
+    let results: Vec<Vec<(usize, Verdict, Option<Duration>)>> = stream::iter(groups)
+        .map(|group| async move {
+            let mut out = Vec::with_capacity(group.len());
+            let mut blocked = false;
+            for i in group {
+                let msg = &messages[i];
+                if blocked {
+                    let why = "an earlier message of its FIFO group failed";
+                    out.push((i, Verdict::NotAttempted { why }, None));
+                    continue;
+                }
+                if Instant::now() + config.deadline_margin >= deadline {
+                    let why = "too close to the deadline to start";
+                    out.push((i, Verdict::NotAttempted { why }, None));
+                    continue;
+                }
+                let start = Instant::now();
+                let verdict = run(msg).await;
+                blocked = msg.group_id.is_some() && verdict.stays_on_queue();
+                out.push((i, verdict, Some(start.elapsed())));
+            }
+            out
+        })
+        .buffer_unordered(config.concurrency.max(1))
+        .collect()
+        .await;
+    let mut verdicts: Vec<Option<(Verdict, Option<Duration>)>> = vec![None; messages.len()];
+    for (i, v, took) in results.into_iter().flatten() {
+        verdicts[i] = Some((v, took));
+    }
+    verdicts
+        .into_iter()
+        .map(|v| v.expect("every message has a verdict"))
+        .collect()
+}
+
+/// The partial batch response: the ids of messages whose verdict leaves
+/// them on the queue, each once, in batch order.
+pub fn failed_ids<'a>(
+    verdicts: impl IntoIterator<Item = (&'a Message, &'a Verdict)>,
+) -> Vec<String> {
+    let mut seen = HashSet::new();
+    verdicts
+        .into_iter()
+        .filter(|(m, v)| v.stays_on_queue() && seen.insert(m.message_id.as_str()))
+        .map(|(m, _)| m.message_id.clone())
+        .collect()
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{Failure, FailureKind};
+    use proptest::prelude::*;
+    use std::sync::Mutex;
+
+    fn msg(id: &str, group: Option<&str>) -> Message {
+        Message {
+            message_id: id.to_owned(),
+            receipt_handle: format!("rh-{id}"),
+            body: "{}".into(),
+            attributes: HashMap::new(),
+            receive_count: 1,
+            group_id: group.map(str::to_owned),
+            received_at: Instant::now(),
+        }
+    }
+
+    fn verdict(code: u8) -> Verdict {
+        let failure = Failure {
+            kind: FailureKind::Transient,
+            error: "x".into(),
+            chain: vec![],
+        };
+        match code % 4 {
+            0 => Verdict::Succeeded,
+            1 => Verdict::Duplicate,
+            2 => Verdict::Retry {
+                failure,
+                retry_after: None,
+            },
+            _ => Verdict::DeadLetter { failure },
+        }
+    }
+
+    fn run_batch(
+        messages: &[Message],
+        outcomes: &HashMap<String, u8>,
+        concurrency: usize,
+        deadline: Instant,
+    ) -> (Vec<(Verdict, Option<Duration>)>, Vec<String>) {
+        let ran = Mutex::new(Vec::new());
+        let config = BatchConfig {
+            concurrency,
+            ..BatchConfig::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let verdicts = rt.block_on(schedule(messages, deadline, &config, |m| {
+            ran.lock().unwrap().push(m.message_id.clone());
+            let v = verdict(outcomes[&m.message_id]);
+            async move {
+                tokio::task::yield_now().await;
+                v
+            }
+        }));
+        (verdicts, ran.into_inner().unwrap())
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+        /// The partial batch response names exactly the messages left on the
+        /// queue: each once, never an id outside the batch, never empty; a
+        /// FIFO group stops at its first failure and reports every later
+        /// message; every other message runs exactly once.
+        #[test]
+        fn batch_response_contract(
+            spec in proptest::collection::vec((0u8..4, 0u8..4, any::<u8>()), 1..40),
+            concurrency in 1usize..8,
+        ) {
+            let messages: Vec<Message> = spec
+                .iter()
+                .enumerate()
+                .map(|(i, (g, _, _))| {
+                    let group = match g { 0 => None, 1 => Some("a"), 2 => Some("b"), _ => Some("c") };
+                    msg(&format!("m{i}"), group)
+                })
+                .collect();
+            let outcomes: HashMap<String, u8> = spec
+                .iter()
+                .enumerate()
+                .map(|(i, (_, o, _))| (format!("m{i}"), *o))
+                .collect();
+            let (verdicts, ran) = run_batch(&messages, &outcomes, concurrency, far());
+            let failed = failed_ids(messages.iter().zip(verdicts.iter().map(|(v, _)| v)));
+
+            let ids: HashSet<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
+            let unique: HashSet<&str> = failed.iter().map(String::as_str).collect();
+            prop_assert_eq!(unique.len(), failed.len(), "repeated id");
+            prop_assert!(failed.iter().all(|f| !f.is_empty() && ids.contains(f.as_str())));
+            let ran_set: HashSet<&str> = ran.iter().map(String::as_str).collect();
+            prop_assert_eq!(ran_set.len(), ran.len(), "a job ran twice");
+
+            let mut group_failed: HashMap<&str, bool> = HashMap::new();
+            for (m, (v, _)) in messages.iter().zip(&verdicts) {
+                let stays = v.stays_on_queue();
+                prop_assert_eq!(stays, failed.contains(&m.message_id));
+                match m.group_id.as_deref() {
+                    None => prop_assert!(ran_set.contains(m.message_id.as_str())),
+                    Some(g) => {
+                        let before = group_failed.get(g).copied().unwrap_or(false);
+                        if before {
+                            prop_assert!(stays, "after a group failure every later message is reported");
+                            prop_assert!(!ran_set.contains(m.message_id.as_str()), "not run after its group failed");
+                        } else {
+                            prop_assert!(ran_set.contains(m.message_id.as_str()));
+                        }
+                        group_failed.insert(g, before || stays);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn near_the_deadline_nothing_starts_and_everything_is_reported() {
+        let messages: Vec<Message> = (0..5).map(|i| msg(&format!("m{i}"), None)).collect();
+        let outcomes = messages.iter().map(|m| (m.message_id.clone(), 0)).collect();
+        // 1 s left, 2 s margin.
+        let (verdicts, ran) = run_batch(
+            &messages,
+            &outcomes,
+            4,
+            Instant::now() + Duration::from_secs(1),
+        );
+        assert!(ran.is_empty());
+        assert!(
+            verdicts
+                .iter()
+                .all(|(v, _)| matches!(v, Verdict::NotAttempted { .. }))
+        );
+        let failed = failed_ids(messages.iter().zip(verdicts.iter().map(|(v, _)| v)));
+        assert_eq!(failed, vec!["m0", "m1", "m2", "m3", "m4"]);
+    }
+
+    #[test]
+    fn a_message_id_seen_twice_is_reported_once() {
+        let messages = [msg("same", None), msg("same", None)];
+        let retry = verdict(2);
+        let failed = failed_ids(messages.iter().zip([&retry, &retry]));
+        assert_eq!(failed, vec!["same"]);
+    }
+}

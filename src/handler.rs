@@ -1,0 +1,153 @@
+//! The user's side of the contract: a [`Handler`] receives a decoded job and
+//! returns its [`Effect`], or a [`JobError`] that says whether to retry.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+
+use crate::effect::Effect;
+use crate::job::JobId;
+
+/// Any error a handler wants to report, with its source chain.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Retry intent as a type. `classify` turns it into what SQS does.
+#[derive(Debug)]
+pub enum JobError {
+    /// Try again later: with jittered exponential backoff, or after
+    /// `retry_after` when the handler knows better (a `Retry-After` header).
+    Transient {
+        source: BoxError,
+        retry_after: Option<Duration>,
+    },
+    /// Trying again cannot help (bad input, a business rule): the job goes
+    /// to the DLQ now, with its context.
+    Permanent { source: BoxError },
+}
+
+impl JobError {
+    pub fn transient(source: impl Into<BoxError>) -> Self {
+        Self::Transient {
+            source: source.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn retry_after(source: impl Into<BoxError>, after: Duration) -> Self {
+        Self::Transient {
+            source: source.into(),
+            retry_after: Some(after),
+        }
+    }
+
+    pub fn permanent(source: impl Into<BoxError>) -> Self {
+        Self::Permanent {
+            source: source.into(),
+        }
+    }
+
+    pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        match self {
+            Self::Transient { source, .. } | Self::Permanent { source } => source.as_ref(),
+        }
+    }
+}
+
+impl std::fmt::Display for JobError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Transient { source, .. } => write!(f, "transient: {source}"),
+            Self::Permanent { source } => write!(f, "permanent: {source}"),
+        }
+    }
+}
+
+/// What a handler knows about the job besides its payload.
+#[derive(Debug, Clone)]
+pub struct JobMeta {
+    pub job_id: JobId,
+    /// 1 on the first delivery (`ApproximateReceiveCount`).
+    pub attempt: u32,
+    /// The source queue's name.
+    pub queue: String,
+    pub message_id: String,
+    /// When the host must have answered (the Lambda deadline, or the
+    /// worker's visibility timeout).
+    pub deadline: Instant,
+}
+
+impl JobMeta {
+    /// A deterministic idempotency key for a side effect outside DynamoDB;
+    /// see [`JobId::downstream_key`].
+    pub fn downstream_key(&self, step: &str) -> String {
+        self.job_id.downstream_key(step)
+    }
+}
+
+/// A job handler. Implement it, or wrap an async closure with
+/// [`handler_fn`].
+pub trait Handler: Send + Sync + 'static {
+    /// The job payload, decoded from the message body as JSON. A body that
+    /// does not decode is a permanent error, sent to the DLQ.
+    type Job: DeserializeOwned + Send + 'static;
+
+    fn handle(
+        &self,
+        job: Self::Job,
+        meta: JobMeta,
+    ) -> impl Future<Output = Result<Effect, JobError>> + Send;
+}
+
+/// A [`Handler`] made from an async closure.
+///
+/// ```
+/// use idemq::handler::{handler_fn, JobError, JobMeta};
+/// use idemq::Effect;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Ping { n: u32 }
+///
+/// let handler = handler_fn(|job: Ping, _meta: JobMeta| async move {
+///     if job.n == 0 {
+///         return Err(JobError::permanent("n must be positive"));
+///     }
+///     Ok(Effect::new())
+/// });
+/// # let _ = handler;
+/// ```
+pub fn handler_fn<J, F, Fut>(f: F) -> HandlerFn<F, J>
+where
+    J: DeserializeOwned + Send + 'static,
+    F: Fn(J, JobMeta) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Effect, JobError>> + Send,
+{
+    HandlerFn {
+        f,
+        _job: PhantomData,
+    }
+}
+
+/// See [`handler_fn`].
+pub struct HandlerFn<F, J> {
+    f: F,
+    _job: PhantomData<fn(J)>,
+}
+
+impl<J, F, Fut> Handler for HandlerFn<F, J>
+where
+    J: DeserializeOwned + Send + 'static,
+    F: Fn(J, JobMeta) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Effect, JobError>> + Send,
+{
+    type Job = J;
+
+    fn handle(
+        &self,
+        job: J,
+        meta: JobMeta,
+    ) -> impl Future<Output = Result<Effect, JobError>> + Send {
+        (self.f)(job, meta)
+    }
+}

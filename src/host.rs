@@ -1,0 +1,144 @@
+//! What both hosts (Lambda and the local worker) build once at cold start:
+//! SDK clients, the committer, the batch processor, from `IDEMQ_*`.
+
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::batch::{BatchConfig, Processor};
+use crate::commit::Committer;
+use crate::config::{ConfigError, IdempotencyConfig, TableLayout, parse_duration};
+use crate::dlq::{DeadLetters, QueueInfo};
+use crate::handler::Handler;
+use crate::init::retention;
+
+/// Any error that stops a host from starting or running.
+pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl BatchConfig {
+    /// `IDEMQ_CONCURRENCY` (default 10), `IDEMQ_DEADLINE_MARGIN` (default
+    /// `2s`), `IDEMQ_BACKOFF_BASE` (default `2s`), `IDEMQ_BACKOFF_CAP`
+    /// (default `15m`).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        if let Some(v) = get("IDEMQ_CONCURRENCY") {
+            c.concurrency = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    var: "IDEMQ_CONCURRENCY",
+                    value: v.clone(),
+                    why: "a whole number from 1 to 1000".into(),
+                })?;
+        }
+        if let Some(v) = get("IDEMQ_DEADLINE_MARGIN") {
+            c.deadline_margin = parse_duration("IDEMQ_DEADLINE_MARGIN", &v)?;
+        }
+        let mut backoff = Backoff::DEFAULT;
+        if let Some(v) = get("IDEMQ_BACKOFF_BASE") {
+            backoff = backoff.with_base(parse_duration("IDEMQ_BACKOFF_BASE", &v)?);
+        }
+        if let Some(v) = get("IDEMQ_BACKOFF_CAP") {
+            backoff = backoff.with_cap(parse_duration("IDEMQ_BACKOFF_CAP", &v)?);
+        }
+        c.backoff = backoff.validate().map_err(|e| ConfigError::Invalid {
+            var: "IDEMQ_BACKOFF_BASE/IDEMQ_BACKOFF_CAP",
+            value: format!("{:?}/{:?}", backoff.base(), backoff.cap()),
+            why: e.to_string(),
+        })?;
+        Ok(c)
+    }
+}
+
+/// Clients and the processor, built once.
+pub struct Host<H> {
+    pub sqs: aws_sdk_sqs::Client,
+    pub processor: Processor<H>,
+    marker_ttl: Duration,
+}
+
+impl<H: Handler> Host<H> {
+    /// Reads the configuration; `table` overrides `IDEMQ_TABLE`.
+    pub async fn build(
+        handler: H,
+        table: Option<String>,
+        batch: BatchConfig,
+    ) -> Result<Self, HostError> {
+        let behaviour = IdempotencyConfig::from_env()?;
+        let layout = TableLayout::from_lookup(|k| match (k, &table) {
+            ("IDEMQ_TABLE", Some(t)) => Some(t.clone()),
+            _ => std::env::var(k).ok(),
+        })?;
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        let committer = Committer::new(ddb.clone(), layout.clone(), behaviour.marker_ttl);
+        let dead_letters = DeadLetters::new(ddb, sqs.clone(), layout, behaviour.marker_ttl);
+        let processor = Processor::new(
+            handler,
+            committer,
+            dead_letters,
+            sqs.clone(),
+            behaviour.job_id,
+            batch,
+        );
+        Ok(Self {
+            sqs,
+            processor,
+            marker_ttl: behaviour.marker_ttl,
+        })
+    }
+
+    /// Finds a queue's DLQ and maxReceiveCount, and says so when the marker
+    /// TTL would not outlive the job's copies.
+    pub async fn discover(&self, queue_url: &str) -> Result<QueueInfo, HostError> {
+        let info = QueueInfo::discover(&self.sqs, queue_url).await?;
+        if info.dlq_url.is_none() {
+            tracing::warn!(
+                queue = info.name,
+                "queue has no RedrivePolicy: failing jobs will be retried until retention ends"
+            );
+        }
+        if let Some(dlq) = &info.dlq_url {
+            let (source, dlq) = (
+                retention(&self.sqs, queue_url).await?,
+                retention(&self.sqs, dlq).await?,
+            );
+            if let Err(e) = crate::config::check_marker_ttl(self.marker_ttl, source, dlq) {
+                tracing::warn!("{e}");
+            }
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_config_from_env() {
+        let none = |_: &str| None;
+        assert_eq!(
+            BatchConfig::from_lookup(none).unwrap(),
+            BatchConfig::default()
+        );
+        let c = BatchConfig::from_lookup(|k| match k {
+            "IDEMQ_CONCURRENCY" => Some("4".into()),
+            "IDEMQ_BACKOFF_BASE" => Some("1s".into()),
+            "IDEMQ_BACKOFF_CAP" => Some("2s".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.concurrency, 4);
+        assert_eq!(c.backoff.ceiling(5), Duration::from_secs(2));
+        let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_CONCURRENCY").then(|| "0".into()));
+        assert!(bad.unwrap_err().to_string().contains("IDEMQ_CONCURRENCY"));
+        let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_BACKOFF_CAP").then(|| "13h".into()));
+        assert!(bad.is_err());
+    }
+}

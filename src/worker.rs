@@ -1,0 +1,223 @@
+//! The local worker: long-polls a queue and applies the same batch contract
+//! as Lambda (delete what is done, leave the failures with their new
+//! visibility), so a handler runs unchanged against the local stack.
+//!
+//! SIGINT / SIGTERM stop it gracefully: the batch in hand is finished, no
+//! new one is received. It prints a one-line summary when it exits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+};
+use clap::Parser;
+use tokio::sync::Notify;
+
+use crate::batch::{BatchConfig, Message};
+use crate::handler::Handler;
+use crate::host::{Host, HostError};
+use crate::metrics::BatchMetrics;
+
+/// Command-line options of a handler binary run as a local worker.
+#[derive(Debug, Clone, Parser)]
+#[command(about = "Run an idemq handler as a local worker that long-polls an SQS queue")]
+pub struct WorkerArgs {
+    #[arg(long, env = "IDEMQ_QUEUE_URL")]
+    pub queue_url: String,
+    /// The idemq table (default: IDEMQ_TABLE).
+    #[arg(long)]
+    pub table: Option<String>,
+    /// Messages per receive (1-10).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=10))]
+    pub batch_size: i32,
+    /// Jobs run at once (default: IDEMQ_CONCURRENCY or 10).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Exit after this many seconds without a message.
+    #[arg(long)]
+    pub exit_when_idle: Option<u64>,
+    /// Print CloudWatch EMF metric lines on stdout, as on Lambda.
+    #[arg(long)]
+    pub emf: bool,
+}
+
+/// Parses the process arguments and runs the worker.
+pub async fn run_from_args<H: Handler>(handler: H) -> Result<(), HostError> {
+    run(handler, WorkerArgs::parse()).await.map(drop)
+}
+
+/// Runs the worker with the batch configuration from `IDEMQ_*`.
+pub async fn run<H: Handler>(handler: H, args: WorkerArgs) -> Result<BatchMetrics, HostError> {
+    run_with(handler, args, BatchConfig::from_env()?).await
+}
+
+/// Runs the worker until SIGINT / SIGTERM or `--exit-when-idle`, and
+/// returns the totals it printed.
+pub async fn run_with<H: Handler>(
+    handler: H,
+    args: WorkerArgs,
+    mut batch: BatchConfig,
+) -> Result<BatchMetrics, HostError> {
+    if let Some(c) = args.concurrency {
+        batch.concurrency = c.max(1);
+    }
+    let host = Host::build(handler, args.table.clone(), batch).await?;
+    let queue = host.discover(&args.queue_url).await?;
+    let visibility = visibility_timeout(&host.sqs, &queue.url).await?;
+
+    let stop = Arc::new(Stop::default());
+    tokio::spawn(Arc::clone(&stop).watch_signals());
+
+    let mut totals = BatchMetrics::default();
+    let mut idle_since = Instant::now();
+    let idle_limit = args.exit_when_idle.map(Duration::from_secs);
+    tracing::info!(queue = queue.name, "worker started");
+    while !stop.requested() {
+        if idle_limit.is_some_and(|limit| idle_since.elapsed() >= limit) {
+            break;
+        }
+        // Short polls near the idle limit, so --exit-when-idle is prompt.
+        let wait = idle_limit.map_or(20, |l| {
+            l.saturating_sub(idle_since.elapsed())
+                .as_secs()
+                .clamp(1, 20)
+        });
+        let receive = host
+            .sqs
+            .receive_message()
+            .queue_url(&queue.url)
+            .max_number_of_messages(args.batch_size)
+            .wait_time_seconds(i32::try_from(wait).unwrap_or(20))
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send();
+        let received = tokio::select! {
+            r = receive => r,
+            () = stop.notified() => break,
+        };
+        let out = match received {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::warn!("ReceiveMessage failed: {}", DisplayErrorContext(e));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let received_at = Instant::now();
+        let messages: Vec<Message> = out
+            .messages()
+            .iter()
+            .filter_map(|m| Message::from_sdk(m, received_at))
+            .collect();
+        if messages.is_empty() {
+            continue;
+        }
+        idle_since = Instant::now();
+        let deadline = received_at + visibility;
+        let report = host.processor.process(&queue, &messages, deadline).await;
+        delete(&host.sqs, &queue.url, &report.done).await;
+        if args.emf {
+            for line in report
+                .metrics
+                .to_emf_lines(&queue.name, std::time::SystemTime::now())
+            {
+                println!("{line}");
+            }
+        }
+        totals.absorb(&report.metrics);
+    }
+    println!("idemq worker: {}", totals.summary());
+    Ok(totals)
+}
+
+async fn visibility_timeout(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, HostError> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::VisibilityTimeout)
+        .send()
+        .await
+        .map_err(|e| format!("queue {url}: {}", DisplayErrorContext(e)))?;
+    let secs = out
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    Ok(Duration::from_secs(secs))
+}
+
+/// `DeleteMessageBatch`, 10 a call. A failed delete only means a duplicate
+/// delivery later, which the marker absorbs.
+async fn delete(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[String]) {
+    for chunk in handles.chunks(10) {
+        let entries: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        match sqs
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+        {
+            Ok(out) => {
+                for f in out.failed() {
+                    tracing::warn!(
+                        code = f.code(),
+                        "delete failed; the message will come back as a duplicate"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("DeleteMessageBatch failed: {}", DisplayErrorContext(e)),
+        }
+    }
+}
+
+/// A stop request from SIGINT or SIGTERM.
+#[derive(Default)]
+struct Stop {
+    requested: AtomicBool,
+    notify: Notify,
+}
+
+impl Stop {
+    fn requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+
+    async fn notified(&self) {
+        if !self.requested() {
+            self.notify.notified().await;
+        }
+    }
+
+    async fn watch_signals(self: Arc<Self>) {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("cannot watch SIGTERM: {e}");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("stop requested: finishing the batch in hand");
+        self.requested.store(true, Ordering::SeqCst);
+        // A stored permit wakes the next wait even if none is waiting now.
+        self.notify.notify_one();
+    }
+}

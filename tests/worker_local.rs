@@ -1,0 +1,326 @@
+//! The batch handler as a local worker on the local stack: the ledger
+//! example's handler, real SQS redrive, real DynamoDB transactions.
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/ledger.rs"]
+mod ledger;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
+};
+use common::{number, sdk, unique};
+use idemq::backoff::Backoff;
+use idemq::batch::BatchConfig;
+use idemq::dlq::DeadLetters;
+use idemq::init::{InitReport, InitSpec, init};
+use idemq::worker::{WorkerArgs, run_with};
+use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
+
+async fn setup(sdk: &aws_config::SdkConfig, max_receive_count: u32) -> InitReport {
+    let spec = InitSpec {
+        queue_name: unique("ledger"),
+        fifo: false,
+        max_receive_count,
+        visibility_timeout: Duration::from_secs(10),
+        layout: TableLayout::new(unique("ledger")),
+        marker_ttl: DEFAULT_MARKER_TTL,
+    };
+    init(
+        &aws_sdk_sqs::Client::new(sdk),
+        &aws_sdk_dynamodb::Client::new(sdk),
+        &spec,
+    )
+    .await
+    .expect("init")
+}
+
+fn attr(v: &str) -> MessageAttributeValue {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(v)
+        .build()
+        .unwrap()
+}
+
+/// Sends (job id, body) pairs, 10 per call.
+async fn send(sqs: &aws_sdk_sqs::Client, url: &str, jobs: &[(Option<String>, String)]) {
+    for chunk in jobs.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (id, body))| {
+                let mut e = SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body);
+                if let Some(id) = id {
+                    e = e.message_attributes("idemq-job-id", attr(id));
+                }
+                e.build().unwrap()
+            })
+            .collect::<Vec<_>>();
+        let out = sqs
+            .send_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+        assert!(out.failed().is_empty(), "{:?}", out.failed());
+    }
+}
+
+/// Every message on a queue (it is left invisible, the test is done with it).
+async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    let mut all = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(600)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        if out.messages().is_empty() {
+            return all;
+        }
+        all.extend(out.messages().iter().cloned());
+    }
+}
+
+fn worker_args(queue_url: &str, table: &str) -> WorkerArgs {
+    WorkerArgs {
+        queue_url: queue_url.to_owned(),
+        table: Some(table.to_owned()),
+        batch_size: 10,
+        concurrency: Some(8),
+        exit_when_idle: Some(6),
+        emf: false,
+    }
+}
+
+/// 500 transfers, 20% sent twice, one account in outage, 10 malformed jobs:
+/// every balance exact; outage jobs in the DLQ after maxReceiveCount
+/// receives with failure records; malformed jobs in the DLQ after one
+/// receive with their context attributes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
+    const MAX_RECEIVES: u32 = 4;
+    let sdk = sdk().await;
+    let res = setup(&sdk, MAX_RECEIVES).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+
+    let mut jobs = Vec::new();
+    let mut expected: HashMap<String, i64> = HashMap::new();
+    let mut outage = HashSet::new();
+    for i in 0..500 {
+        let account = format!("acct-{}", i % 10);
+        let id = format!("t-{i}");
+        let amount = i64::from(i % 97 + 1);
+        let body = format!(r#"{{"transfer_id":"{id}","account":"{account}","amount":{amount}}}"#);
+        if account == "acct-9" {
+            outage.insert(id.clone());
+        } else {
+            *expected.entry(account).or_default() += amount;
+        }
+        jobs.push((Some(id.clone()), body.clone()));
+        if i % 5 == 0 {
+            jobs.push((Some(id), body)); // a producer retry: same id, same body
+        }
+    }
+    let malformed: Vec<(Option<String>, String)> = (0..5)
+        .map(|i| {
+            (
+                Some(format!("bad-amount-{i}")),
+                format!(r#"{{"transfer_id":"b{i}","account":"acct-0","amount":0}}"#),
+            )
+        })
+        .chain((0..5).map(|i| {
+            (
+                Some(format!("no-account-{i}")),
+                format!(r#"{{"transfer_id":"n{i}","amount":5}}"#),
+            )
+        }))
+        .collect();
+    jobs.extend(malformed.iter().cloned());
+    assert_eq!(jobs.len(), 610);
+    send(&sqs, &res.queue_url, &jobs).await;
+
+    let ledger = ledger::Ledger {
+        table: res.table_name.clone(),
+        fail_accounts: HashSet::from(["acct-9".to_string()]),
+    };
+    let batch = BatchConfig {
+        backoff: Backoff::new()
+            .with_base(Duration::from_secs(1))
+            .with_cap(Duration::from_secs(2)),
+        ..BatchConfig::default()
+    };
+    let started = Instant::now();
+    let totals = run_with(ledger, worker_args(&res.queue_url, &res.table_name), batch)
+        .await
+        .expect("worker");
+    eprintln!("worker took {:?}: {}", started.elapsed(), totals.summary());
+
+    for (account, sum) in &expected {
+        let got = number(
+            &ddb,
+            &res.table_name,
+            &format!("account#{account}"),
+            "balance",
+        )
+        .await;
+        assert_eq!(got, Some(*sum), "{account}");
+    }
+    assert_eq!(
+        number(&ddb, &res.table_name, "account#acct-9", "balance").await,
+        None
+    );
+    assert_eq!(totals.succeeded, 450, "{}", totals.summary());
+    assert_eq!(totals.duplicate, 100, "{}", totals.summary());
+
+    // Outage jobs (50): redriven by SQS after MAX_RECEIVES receives.
+    // Malformed (10): dead-lettered by idemq at once.
+    let dead = drain(&sqs, &res.dlq_url).await;
+    let job_id = |m: &aws_sdk_sqs::types::Message| {
+        m.message_attributes()
+            .and_then(|a| a.get("idemq-job-id"))
+            .and_then(|v| v.string_value())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let dead_ids: HashSet<String> = dead.iter().map(job_id).collect();
+    assert_eq!(dead.len(), 50 + 10, "50 outage jobs + 10 malformed");
+    assert!(outage.iter().all(|id| dead_ids.contains(id)));
+    let dl = DeadLetters::new(
+        ddb.clone(),
+        sqs.clone(),
+        TableLayout::new(&res.table_name),
+        DEFAULT_MARKER_TTL,
+    );
+    for id in &outage {
+        let rec = dl
+            .read(Some(id), "")
+            .await
+            .unwrap()
+            .expect("failure record");
+        assert_eq!(rec.attempt, MAX_RECEIVES, "{id}");
+        assert!(
+            rec.failure.error.contains("outage for account acct-9"),
+            "{}",
+            rec.failure.error
+        );
+        assert!(!rec.source_queue.is_empty());
+    }
+    for m in dead.iter().filter(|m| !outage.contains(&job_id(m))) {
+        let a = m.message_attributes().unwrap();
+        let get = |k: &str| a.get(k).and_then(|v| v.string_value()).unwrap_or_default();
+        assert_eq!(get("idemq-attempts"), "1", "{}", job_id(m));
+        assert!(!get("idemq-failed-at").is_empty());
+        assert!(!get("idemq-source-queue").is_empty());
+        let err = get("idemq-error");
+        assert!(
+            err.contains("not positive") || err.contains("does not decode"),
+            "{err}"
+        );
+        let rec = dl
+            .read(Some(&job_id(m)), "")
+            .await
+            .unwrap()
+            .expect("failure record");
+        assert_eq!(rec.attempt, 1);
+    }
+    assert!(
+        drain(&sqs, &res.queue_url).await.is_empty(),
+        "source queue empty"
+    );
+}
+
+/// A transient failure's new visibility is set through
+/// ChangeMessageVisibilityBatch and observed on the queue: the message is
+/// invisible at first, then comes back with its receive count raised, and
+/// it is named in the partial batch response.
+#[tokio::test]
+async fn transient_failure_sets_visibility_observed_on_the_queue() {
+    use idemq::batch::{Message, Processor};
+    use idemq::dlq::QueueInfo;
+    use idemq::handler::{JobError, JobMeta, handler_fn};
+    use idemq::{Committer, JobIdResolver};
+
+    let sdk = sdk().await;
+    let res = setup(&sdk, 6).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let layout = TableLayout::new(&res.table_name);
+    let handler = handler_fn(|_: serde_json::Value, _: JobMeta| async {
+        Err(JobError::retry_after(
+            "payment API said 429",
+            Duration::from_secs(4),
+        ))
+    });
+    let processor = Processor::new(
+        handler,
+        Committer::new(ddb.clone(), layout.clone(), DEFAULT_MARKER_TTL),
+        DeadLetters::new(ddb, sqs.clone(), layout, DEFAULT_MARKER_TTL),
+        sqs.clone(),
+        JobIdResolver::new(),
+        BatchConfig::default(),
+    );
+    let queue = QueueInfo::discover(&sqs, &res.queue_url).await.unwrap();
+    assert_eq!(queue.max_receive_count, Some(6));
+    assert_eq!(queue.dlq_url.as_deref(), Some(res.dlq_url.as_str()));
+    send(&sqs, &res.queue_url, &[(Some("v-1".into()), "{}".into())]).await;
+
+    let receive = |wait: i32| {
+        let sqs = sqs.clone();
+        let url = res.queue_url.clone();
+        async move {
+            sqs.receive_message()
+                .queue_url(url)
+                .wait_time_seconds(wait)
+                .message_attribute_names("All")
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .send()
+                .await
+                .unwrap()
+                .messages()
+                .iter()
+                .filter_map(|m| Message::from_sdk(m, Instant::now()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = receive(5).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].receive_count, 1);
+    let report = processor
+        .process(&queue, &first, Instant::now() + Duration::from_secs(30))
+        .await;
+    assert_eq!(report.failed, vec![first[0].message_id.clone()]);
+    assert!(report.done.is_empty());
+    assert_eq!(report.metrics.retried, 1);
+
+    // The queue's own visibility timeout is 10 s; the handler asked for 4 s.
+    let changed_at = Instant::now();
+    assert!(
+        receive(1).await.is_empty(),
+        "invisible right after the change"
+    );
+    let again = receive(9).await;
+    assert_eq!(
+        again.len(),
+        1,
+        "visible again before the queue's 10 s timeout"
+    );
+    assert!(changed_at.elapsed() < Duration::from_secs(9));
+    assert_eq!(again[0].message_id, first[0].message_id);
+    assert_eq!(again[0].receive_count, 2);
+}
