@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test lint fmt stack-up stack-down stack-status
+.PHONY: help demo test lint fmt stack-up stack-down stack-status bench-worker
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -15,6 +15,7 @@ help:
 	@echo "make lint        cargo fmt --check and clippy -D warnings"
 	@echo "make stack-up    start LocalStack (SQS) + moto (DynamoDB) on 127.0.0.1"
 	@echo "make stack-down  stop them"
+	@echo "make bench-worker  idemq's worker against a plain consumer, same run"
 
 demo:
 	@scripts/demo.sh
@@ -37,3 +38,7 @@ stack-down:
 
 stack-status:
 	@scripts/stack.sh status
+
+bench-worker: stack-up
+	cargo build --locked --example bench_worker
+	$(WITH_STACK) target/debug/examples/bench_worker 2000

@@ -56,6 +56,8 @@ pub struct QueueInfo {
     pub fifo: bool,
     pub dlq_url: Option<String>,
     pub max_receive_count: Option<u32>,
+    pub visibility_timeout: Duration,
+    pub retention: Duration,
 }
 
 impl QueueInfo {
@@ -84,6 +86,17 @@ impl QueueInfo {
         let fifo = attrs
             .get(&QueueAttributeName::FifoQueue)
             .is_some_and(|v| v == "true");
+        let secs = |name: QueueAttributeName, default: u64| {
+            Duration::from_secs(
+                attrs
+                    .get(&name)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(default),
+            )
+        };
+        // SQS's defaults, should an emulator leave them out.
+        let visibility_timeout = secs(QueueAttributeName::VisibilityTimeout, 30);
+        let retention = secs(QueueAttributeName::MessageRetentionPeriod, 4 * 24 * 3600);
         let redrive = attrs
             .get(&QueueAttributeName::RedrivePolicy)
             .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());
@@ -103,6 +116,8 @@ impl QueueInfo {
             fifo,
             dlq_url,
             max_receive_count,
+            visibility_timeout,
+            retention,
         })
     }
 }

@@ -76,6 +76,20 @@ impl<H: Handler> Host<H> {
         let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        Ok(Self::from_clients(
+            handler, sqs, ddb, layout, behaviour, batch,
+        ))
+    }
+
+    /// A host over clients built elsewhere (with interceptors, say).
+    pub fn from_clients(
+        handler: H,
+        sqs: aws_sdk_sqs::Client,
+        ddb: aws_sdk_dynamodb::Client,
+        layout: TableLayout,
+        behaviour: IdempotencyConfig,
+        batch: BatchConfig,
+    ) -> Self {
         let committer = Committer::new(ddb.clone(), layout.clone(), behaviour.marker_ttl);
         let dead_letters = DeadLetters::new(ddb, sqs.clone(), layout, behaviour.marker_ttl);
         let processor = Processor::new(
@@ -86,11 +100,11 @@ impl<H: Handler> Host<H> {
             behaviour.job_id,
             batch,
         );
-        Ok(Self {
+        Self {
             sqs,
             processor,
             marker_ttl: behaviour.marker_ttl,
-        })
+        }
     }
 
     /// Finds a queue's DLQ and maxReceiveCount, and says so when the marker

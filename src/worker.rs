@@ -10,9 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use clap::Parser;
 use tokio::sync::Notify;
 
@@ -65,8 +63,16 @@ pub async fn run_with<H: Handler>(
         batch.concurrency = c.max(1);
     }
     let host = Host::build(handler, args.table.clone(), batch).await?;
+    serve(&host, &args).await
+}
+
+/// The worker loop over a built host: receive, process, delete, until
+/// SIGINT / SIGTERM or `--exit-when-idle`.
+pub async fn serve<H: Handler>(
+    host: &Host<H>,
+    args: &WorkerArgs,
+) -> Result<BatchMetrics, HostError> {
     let queue = host.discover(&args.queue_url).await?;
-    let visibility = visibility_timeout(&host.sqs, &queue.url).await?;
 
     let stop = Arc::new(Stop::default());
     tokio::spawn(Arc::clone(&stop).watch_signals());
@@ -116,7 +122,9 @@ pub async fn run_with<H: Handler>(
             continue;
         }
         idle_since = Instant::now();
-        let deadline = received_at + visibility;
+        // A job still running when its visibility ends would be delivered
+        // again alongside itself: that is this batch's deadline.
+        let deadline = received_at + queue.visibility_timeout;
         let report = host.processor.process(&queue, &messages, deadline).await;
         delete(&host.sqs, &queue.url, &report.done).await;
         if args.emf {
@@ -131,22 +139,6 @@ pub async fn run_with<H: Handler>(
     }
     println!("idemq worker: {}", totals.summary());
     Ok(totals)
-}
-
-async fn visibility_timeout(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, HostError> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::VisibilityTimeout)
-        .send()
-        .await
-        .map_err(|e| format!("queue {url}: {}", DisplayErrorContext(e)))?;
-    let secs = out
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
-    Ok(Duration::from_secs(secs))
 }
 
 /// `DeleteMessageBatch`, 10 a call. A failed delete only means a duplicate

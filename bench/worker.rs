@@ -1,0 +1,302 @@
+//! Worker benchmark on the local stack: idemq's worker against a plain
+//! consumer doing the same writes without idempotency, in the same run.
+//!
+//! Prints per-job DynamoDB requests (goal: exactly 1 per successful job),
+//! SQS requests per batch, and jobs/s with the ratio to the plain consumer.
+//! Requests are counted by an SDK interceptor, one per HTTP attempt, so SDK
+//! retries count too.
+//!
+//! ```sh
+//! make bench-worker            # or: cargo run --example bench_worker -- 2000
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
+};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use futures_util::{StreamExt, stream};
+use idemq::batch::BatchConfig;
+use idemq::host::Host;
+use idemq::init::{InitSpec, init};
+use idemq::worker::{WorkerArgs, serve};
+use idemq::{IdempotencyConfig, TableLayout};
+
+#[allow(dead_code)]
+#[path = "../examples/ledger.rs"]
+mod ledger;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Counts requests per `service.operation`.
+#[derive(Debug, Clone, Default)]
+struct Counter(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Intercept for Counter {
+    fn name(&self) -> &'static str {
+        "bench-request-counter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = cfg
+            .load::<Metadata>()
+            .map_or("?".to_owned(), |m| format!("{}.{}", m.service(), m.name()));
+        *self.0.lock().unwrap().entry(op).or_default() += 1;
+        Ok(())
+    }
+}
+
+impl Counter {
+    fn take(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn sum(counts: &BTreeMap<String, u64>, service: &str) -> u64 {
+    counts
+        .iter()
+        .filter(|(k, _)| k.to_lowercase().starts_with(service))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+struct Clients {
+    sqs: aws_sdk_sqs::Client,
+    ddb: aws_sdk_dynamodb::Client,
+    counter: Counter,
+}
+
+async fn clients() -> Clients {
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let counter = Counter::default();
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&sdk)
+            .interceptor(counter.clone())
+            .build(),
+    );
+    let ddb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk)
+            .interceptor(counter.clone())
+            .build(),
+    );
+    Clients { sqs, ddb, counter }
+}
+
+async fn fresh(c: &Clients, name: &str) -> Result<idemq::init::InitReport, Error> {
+    let spec = InitSpec {
+        queue_name: name.to_owned(),
+        fifo: false,
+        max_receive_count: 6,
+        visibility_timeout: Duration::from_secs(60),
+        layout: TableLayout::new(name),
+        marker_ttl: idemq::config::DEFAULT_MARKER_TTL,
+    };
+    Ok(init(&c.sqs, &c.ddb, &spec).await?)
+}
+
+async fn send_jobs(c: &Clients, url: &str, n: usize) -> Result<(), Error> {
+    let bodies: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let id = format!("t-{i}");
+            let body = format!(
+                r#"{{"transfer_id":"{id}","account":"acct-{}","amount":{}}}"#,
+                i % 50,
+                i % 90 + 1
+            );
+            (id, body)
+        })
+        .collect();
+    for chunk in bodies.chunks(10) {
+        let entries = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (id, body))| {
+                let attr = MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(id)
+                    .build()?;
+                Ok(SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .message_attributes(idemq::JOB_ID_ATTRIBUTE, attr)
+                    .build()?)
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        c.sqs
+            .send_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await?;
+    }
+    Ok(())
+}
+
+/// The ceiling: receive, apply the same two writes in one transaction
+/// with no marker, delete. No dedup, no failure handling.
+async fn plain_consumer(
+    c: &Clients,
+    url: &str,
+    table: &str,
+    n: usize,
+    concurrency: usize,
+) -> Result<u64, Error> {
+    let mut done = 0usize;
+    let mut batches = 0;
+    while done < n {
+        let out = c
+            .sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await?;
+        if out.messages().is_empty() {
+            continue;
+        }
+        batches += 1;
+        let results: Vec<Result<String, Error>> = stream::iter(out.messages().to_vec())
+            .map(|m| async move {
+                let t: ledger::Transfer = serde_json::from_str(m.body().unwrap_or_default())?;
+                let amount = AttributeValue::N(t.amount.to_string());
+                let update = Update::builder()
+                    .table_name(table)
+                    .key("pk", AttributeValue::S(format!("account#{}", t.account)))
+                    .update_expression("ADD balance :amount")
+                    .expression_attribute_values(":amount", amount.clone())
+                    .build()?;
+                let put = Put::builder()
+                    .table_name(table)
+                    .item("pk", AttributeValue::S(format!("entry#{}", t.transfer_id)))
+                    .item("account", AttributeValue::S(t.account))
+                    .item("amount", amount)
+                    .build()?;
+                c.ddb
+                    .transact_write_items()
+                    .transact_items(TransactWriteItem::builder().update(update).build())
+                    .transact_items(TransactWriteItem::builder().put(put).build())
+                    .send()
+                    .await?;
+                Ok(m.receipt_handle().unwrap_or_default().to_owned())
+            })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        let handles: Vec<String> = results.into_iter().collect::<Result<_, _>>()?;
+        let entries = handles
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(h)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        c.sqs
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await?;
+        done += handles.len();
+    }
+    Ok(batches)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let n: usize = std::env::args().nth(1).map_or(Ok(1000), |a| a.parse())?;
+    const CONCURRENCY: usize = 8;
+    const IDLE: u64 = 2;
+    let run = format!("bench-{}", rand::random::<u32>());
+    let c = clients().await;
+
+    // idemq's worker.
+    let res = fresh(&c, &format!("{run}-idemq")).await?;
+    send_jobs(&c, &res.queue_url, n).await?;
+    c.counter.take();
+    let host = Host::from_clients(
+        ledger::Ledger {
+            table: res.table_name.clone(),
+            fail_accounts: HashSet::new(),
+        },
+        c.sqs.clone(),
+        c.ddb.clone(),
+        TableLayout::new(&res.table_name),
+        IdempotencyConfig::default(),
+        BatchConfig {
+            concurrency: CONCURRENCY,
+            ..BatchConfig::default()
+        },
+    );
+    let args = WorkerArgs {
+        queue_url: res.queue_url.clone(),
+        table: None,
+        batch_size: 10,
+        concurrency: None,
+        exit_when_idle: Some(IDLE),
+        emf: false,
+    };
+    let start = Instant::now();
+    let totals = serve(&host, &args).await?;
+    // The worker only notices it is idle after IDLE seconds without a message.
+    let idemq_secs = start
+        .elapsed()
+        .saturating_sub(Duration::from_secs(IDLE))
+        .as_secs_f64();
+    let idemq_counts = c.counter.take();
+    assert_eq!(totals.succeeded as usize, n, "{}", totals.summary());
+
+    // The plain consumer, same jobs, same emulator, same concurrency.
+    let res = fresh(&c, &format!("{run}-plain")).await?;
+    send_jobs(&c, &res.queue_url, n).await?;
+    c.counter.take();
+    let start = Instant::now();
+    let plain_batches = plain_consumer(&c, &res.queue_url, &res.table_name, n, CONCURRENCY).await?;
+    let plain_secs = start.elapsed().as_secs_f64();
+    let plain_counts = c.counter.take();
+
+    // GetQueueAttributes at start-up and the idle polls are not per batch.
+    let idemq_batches = idemq_counts.get("SQS.ReceiveMessage").copied().unwrap_or(0);
+    let per = |x: u64, d: f64| x as f64 / d;
+    println!(
+        "worker benchmark: {n} ledger jobs, batch 10, concurrency {CONCURRENCY}, local stack (moto serialises DynamoDB)"
+    );
+    println!("{:<28}{:>12}{:>12}", "", "idemq", "plain");
+    println!(
+        "{:<28}{:>12.0}{:>12.0}",
+        "jobs/s",
+        n as f64 / idemq_secs,
+        n as f64 / plain_secs
+    );
+    println!(
+        "{:<28}{:>12.3}{:>12.3}",
+        "DynamoDB requests / job",
+        per(sum(&idemq_counts, "dynamodb"), n as f64),
+        per(sum(&plain_counts, "dynamodb"), n as f64)
+    );
+    println!(
+        "{:<28}{:>12.2}{:>12.2}",
+        "SQS requests / batch",
+        per(sum(&idemq_counts, "sqs"), idemq_batches as f64),
+        per(sum(&plain_counts, "sqs"), plain_batches as f64)
+    );
+    println!("ratio idemq / plain jobs/s: {:.2}", plain_secs / idemq_secs);
+    println!("idemq requests: {idemq_counts:?}");
+    println!("plain requests: {plain_counts:?}");
+    Ok(())
+}
