@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test lint fmt stack-up stack-down stack-status bench-worker
+.PHONY: help demo test lint fmt stack-up stack-down stack-status bench-worker bench-producer
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -16,6 +16,7 @@ help:
 	@echo "make stack-up    start LocalStack (SQS) + moto (DynamoDB) on 127.0.0.1"
 	@echo "make stack-down  stop them"
 	@echo "make bench-worker  idemq's worker against a plain consumer, same run"
+	@echo "make bench-producer  Producer::send_batch against one SendMessage per job"
 
 demo:
 	@scripts/demo.sh
@@ -42,3 +43,7 @@ stack-status:
 bench-worker: stack-up
 	cargo build --locked --example bench_worker
 	$(WITH_STACK) target/debug/examples/bench_worker 2000
+
+bench-producer: stack-up
+	cargo build --locked --example bench_producer
+	$(WITH_STACK) target/debug/examples/bench_producer 5000

@@ -10,18 +10,13 @@
 //! make bench-worker            # or: cargo run --example bench_worker -- 2000
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use futures_util::{StreamExt, stream};
 use idemq::batch::BatchConfig;
 use idemq::host::Host;
@@ -33,66 +28,12 @@ use idemq::{IdempotencyConfig, TableLayout};
 #[path = "../examples/ledger.rs"]
 mod ledger;
 
+#[allow(dead_code)]
+#[path = "common.rs"]
+mod common;
+use common::{Clients, clients, sum};
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// Counts requests per `service.operation`.
-#[derive(Debug, Clone, Default)]
-struct Counter(Arc<Mutex<BTreeMap<String, u64>>>);
-
-impl Intercept for Counter {
-    fn name(&self) -> &'static str {
-        "bench-request-counter"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let op = cfg
-            .load::<Metadata>()
-            .map_or("?".to_owned(), |m| format!("{}.{}", m.service(), m.name()));
-        *self.0.lock().unwrap().entry(op).or_default() += 1;
-        Ok(())
-    }
-}
-
-impl Counter {
-    fn take(&self) -> BTreeMap<String, u64> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-fn sum(counts: &BTreeMap<String, u64>, service: &str) -> u64 {
-    counts
-        .iter()
-        .filter(|(k, _)| k.to_lowercase().starts_with(service))
-        .map(|(_, v)| v)
-        .sum()
-}
-
-struct Clients {
-    sqs: aws_sdk_sqs::Client,
-    ddb: aws_sdk_dynamodb::Client,
-    counter: Counter,
-}
-
-async fn clients() -> Clients {
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let counter = Counter::default();
-    let sqs = aws_sdk_sqs::Client::from_conf(
-        aws_sdk_sqs::config::Builder::from(&sdk)
-            .interceptor(counter.clone())
-            .build(),
-    );
-    let ddb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .interceptor(counter.clone())
-            .build(),
-    );
-    Clients { sqs, ddb, counter }
-}
 
 async fn fresh(c: &Clients, name: &str) -> Result<idemq::init::InitReport, Error> {
     let spec = InitSpec {

@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use idemq::Producer;
+use idemq::producer::Job;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -29,7 +30,7 @@ async fn main() -> Result<(), Error> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["send", queue_url, state] => send(&aws_sdk_sqs::Client::new(&sdk), queue_url, state).await,
+        ["send", queue_url, state] => send(&sdk, queue_url, state).await,
         ["check", table, dlq_url, state] => check(&sdk, table, dlq_url, state).await,
         _ => Err(
             "usage: ledger_demo send QUEUE_URL STATE_FILE | check TABLE DLQ_URL STATE_FILE".into(),
@@ -37,7 +38,7 @@ async fn main() -> Result<(), Error> {
     }
 }
 
-async fn send(sqs: &aws_sdk_sqs::Client, queue_url: &str, state: &str) -> Result<(), Error> {
+async fn send(sdk: &aws_config::SdkConfig, queue_url: &str, state: &str) -> Result<(), Error> {
     let run: u32 = rand::random();
     let accounts = ["acct-a", "acct-b", "acct-c", "acct-d", "acct-e", OUTAGE];
     let mut messages = Vec::new();
@@ -68,31 +69,14 @@ async fn send(sqs: &aws_sdk_sqs::Client, queue_url: &str, state: &str) -> Result
             serde_json::json!({"transfer_id": id, "amount": 5}).to_string(),
         ));
     }
-    for chunk in messages.chunks(10) {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, (id, body))| {
-                let attr = MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(id)
-                    .build()?;
-                Ok(SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(body)
-                    .message_attributes(idemq::JOB_ID_ATTRIBUTE, attr)
-                    .build()?)
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        let out = sqs
-            .send_message_batch()
-            .queue_url(queue_url)
-            .set_entries(Some(entries))
-            .send()
-            .await?;
-        if !out.failed().is_empty() {
-            return Err(format!("{} messages were not sent", out.failed().len()).into());
-        }
+    // The Producer sets idemq-job-id, so a re-sent transfer keeps its id.
+    let producer = Producer::new(sdk, queue_url).await?;
+    let jobs = messages
+        .iter()
+        .map(|(id, body)| Job::raw(id, body))
+        .collect();
+    for (id, result) in producer.send_batch(jobs).await {
+        result.map_err(|e| format!("{id}: {e}"))?;
     }
     std::fs::write(state, serde_json::to_string_pretty(&expected)?)?;
     println!(

@@ -27,6 +27,7 @@ pub mod init;
 pub mod job;
 pub mod lambda;
 pub mod metrics;
+pub mod producer;
 pub mod worker;
 
 pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
@@ -35,6 +36,7 @@ pub use effect::{Effect, EffectError, Key, Write};
 pub use job::{
     InvalidJobId, JOB_ID_ATTRIBUTE, JobId, JobIdResolver, JobIdSource, PayloadHash, downstream_key,
 };
+pub use producer::Producer;
 
 /// The README's code examples, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]

@@ -1,0 +1,120 @@
+//! `idemq`: the operator CLI.
+//!
+//! Exit codes: 0 done, 1 failed (each failure named), 2 usage or
+//! configuration error (one line).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use idemq::config::{IdempotencyConfig, TableLayout};
+use idemq::init::{InitError, InitSpec, init};
+
+mod send;
+
+#[derive(Parser)]
+#[command(
+    name = "idemq",
+    version,
+    about = "Effectively-once SQS jobs on AWS Lambda: operator tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create (or verify, if they exist) a queue, its DLQ and the idemq table.
+    ///
+    /// Endpoints come from AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_SQS /
+    /// AWS_ENDPOINT_URL_DYNAMODB. Prints {"queue_url", "dlq_url", "table_name"}.
+    Init(InitArgs),
+    /// Send JSON lines as jobs, each with a stable idemq-job-id.
+    Send(send::SendArgs),
+}
+
+#[derive(clap::Args)]
+struct InitArgs {
+    #[arg(long)]
+    queue_name: String,
+    #[arg(long, env = "IDEMQ_TABLE")]
+    table_name: String,
+    /// Make FIFO queues (".fifo" is added to the names).
+    #[arg(long)]
+    fifo: bool,
+    /// Receives before SQS moves a message to the DLQ.
+    #[arg(long, default_value_t = 6)]
+    max_receive_count: u32,
+    #[arg(long, default_value_t = 30)]
+    visibility_timeout_secs: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IDEMQ_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    match cli.command {
+        Command::Init(args) => run_init(args, &sdk).await,
+        Command::Send(args) => send::run(args, &sdk).await,
+    }
+}
+
+async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
+    let behaviour = match IdempotencyConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    // Attribute-name overrides come from the environment; the table name
+    // from --table-name.
+    let layout = match TableLayout::from_env() {
+        Ok(from_env) => TableLayout {
+            table_name: args.table_name,
+            ..from_env
+        },
+        Err(_) => TableLayout::new(args.table_name),
+    };
+    let spec = InitSpec {
+        queue_name: args.queue_name,
+        fifo: args.fifo,
+        max_receive_count: args.max_receive_count,
+        visibility_timeout: Duration::from_secs(args.visibility_timeout_secs),
+        layout,
+        marker_ttl: behaviour.marker_ttl,
+    };
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    match init(&sqs, &ddb, &spec).await {
+        Ok(report) => {
+            for c in &report.created {
+                eprintln!("created {c}");
+            }
+            for w in &report.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{}",
+                serde_json::to_string(&report).expect("report serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e @ InitError::InvalidSpec(_)) => usage_error(&e.to_string()),
+        Err(e) => {
+            eprintln!("idemq init: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One line on stderr, exit 2.
+pub(crate) fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("idemq: {msg}");
+    ExitCode::from(2)
+}

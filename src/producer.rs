@@ -1,0 +1,509 @@
+//! The sending half: every job enters the queue with a stable id.
+//!
+//! Effectively-once starts at the producer. A producer that retries after a
+//! timeout sends the job twice; only if both copies carry the same
+//! `idemq-job-id` can a consumer tell them apart. [`Producer`] sets it, and
+//! on FIFO queues also the group and a deduplication id derived from the
+//! job id, so SQS itself drops a copy sent within its 5-minute window.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry};
+use futures_util::{StreamExt, stream};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::backoff::Backoff;
+use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
+
+/// SQS's default and largest message size (1 MiB since August 2025).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+/// Entries in one `SendMessageBatch`.
+pub const MAX_BATCH_ENTRIES: usize = 10;
+/// Message attributes SQS accepts on one message.
+pub const MAX_ATTRIBUTES: usize = 10;
+/// SQS's limit on `MessageDeduplicationId`.
+pub const MAX_DEDUP_ID: usize = 128;
+/// Tries of one entry before it is reported failed.
+const MAX_ATTEMPTS: u32 = 6;
+/// Entry errors that no retry can fix. SQS marks them `SenderFault`, but
+/// not every emulator does (LocalStack 2026.3 reports
+/// `InvalidMessageContents` with `SenderFault: false`), so the code decides.
+const PERMANENT_ENTRY_CODES: [&str; 6] = [
+    "InvalidMessageContents",
+    "InvalidParameterValue",
+    "InvalidAttributeName",
+    "InvalidAttributeValue",
+    "MessageTooLong",
+    "InvalidBatchEntryId",
+];
+/// Batches in flight at once on a standard queue (FIFO: one, for order).
+const CONCURRENCY: usize = 4;
+const RETRY_BACKOFF: Backoff = Backoff::new()
+    .with_base(Duration::from_millis(100))
+    .with_cap(Duration::from_secs(5));
+
+/// One job to send: its id, its body and, for FIFO queues, its group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: String,
+    pub body: String,
+    pub group_id: Option<String>,
+    /// FIFO only; defaults to [`deduplication_id`] of the job id.
+    pub deduplication_id: Option<String>,
+    /// More attributes, sent as they are (`idemq-job-id` is added).
+    pub attributes: HashMap<String, MessageAttributeValue>,
+}
+
+impl Job {
+    /// A job whose body is `payload` as JSON.
+    pub fn new<T: Serialize + ?Sized>(
+        id: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, SendError> {
+        let id = id.into();
+        let body = serde_json::to_string(payload).map_err(|e| SendError::Serialize {
+            job_id: id.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self::raw(id, body))
+    }
+
+    /// A job whose body is sent byte for byte.
+    pub fn raw(id: impl Into<String>, body: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            body: body.into(),
+            group_id: None,
+            deduplication_id: None,
+            attributes: HashMap::new(),
+        }
+    }
+
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group_id = Some(group.into());
+        self
+    }
+
+    /// The bytes SQS counts against its size limit: body plus each
+    /// attribute's name, type and value.
+    pub fn size(&self) -> usize {
+        let attrs: usize = self
+            .attributes
+            .iter()
+            .map(|(k, v)| k.len() + attribute_size(v))
+            .sum();
+        self.body.len() + attrs + JOB_ID_ATTRIBUTE.len() + "String".len() + self.id.len()
+    }
+}
+
+fn attribute_size(v: &MessageAttributeValue) -> usize {
+    v.data_type().len()
+        + v.string_value().map_or(0, str::len)
+        + v.binary_value().map_or(0, |b| b.as_ref().len())
+}
+
+/// A job that was not sent, and why. Every variant names the job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("job {job_id:?}: invalid job id: {source}")]
+    InvalidJobId {
+        job_id: String,
+        source: InvalidJobId,
+    },
+    #[error("job {job_id:?}: payload does not serialise: {reason}")]
+    Serialize { job_id: String, reason: String },
+    #[error("job {job_id:?}: message is {bytes} bytes; the queue takes at most {limit}")]
+    TooLarge {
+        job_id: String,
+        bytes: usize,
+        limit: usize,
+    },
+    #[error(
+        "job {job_id:?}: {count} message attributes; SQS takes at most {MAX_ATTRIBUTES} (idemq-job-id included)"
+    )]
+    TooManyAttributes { job_id: String, count: usize },
+    #[error("job {job_id:?}: the queue is FIFO and the job has no message group")]
+    MissingGroup { job_id: String },
+    #[error("job {job_id:?}: refused by SQS: {code}: {message}")]
+    Rejected {
+        job_id: String,
+        code: String,
+        message: String,
+    },
+    #[error("job {job_id:?}: not sent after {attempts} tries: {last_error}")]
+    GaveUp {
+        job_id: String,
+        attempts: u32,
+        last_error: String,
+    },
+    #[error("queue {queue_url}: {reason}")]
+    Queue { queue_url: String, reason: String },
+}
+
+/// The FIFO deduplication id for a job id: the id itself when SQS accepts
+/// it as one (at most 128 characters of ASCII letters, digits and
+/// punctuation), else its SHA-256 in hex. Deterministic, so a re-sent job
+/// gets the same one.
+///
+/// ```
+/// use idemq::producer::deduplication_id;
+/// assert_eq!(deduplication_id("order-7"), "order-7");
+/// assert_eq!(deduplication_id(&"x".repeat(200)).len(), 64);
+/// ```
+pub fn deduplication_id(job_id: &str) -> String {
+    let fits = job_id.len() <= MAX_DEDUP_ID && job_id.bytes().all(|b| b.is_ascii_graphic());
+    if fits {
+        job_id.to_owned()
+    } else {
+        hex::encode(Sha256::digest(job_id.as_bytes()))
+    }
+}
+
+/// Splits entries of the given sizes, in order, into batches of at most
+/// `MAX_BATCH_ENTRIES` and at most `max_bytes` in all.
+pub fn pack(sizes: &[usize], max_bytes: usize) -> Vec<Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, &size) in sizes.iter().enumerate() {
+        if i > start && (i - start == MAX_BATCH_ENTRIES || bytes + size > max_bytes) {
+            batches.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < sizes.len() {
+        batches.push(start..sizes.len());
+    }
+    batches
+}
+
+/// Sends jobs to one queue. Reads the queue's type and size limit once.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    fifo: bool,
+    max_message_bytes: usize,
+}
+
+impl Producer {
+    /// Reads `FifoQueue` and `MaximumMessageSize` of the queue.
+    pub async fn new(
+        sdk: &aws_config::SdkConfig,
+        queue_url: impl Into<String>,
+    ) -> Result<Self, SendError> {
+        Self::with_client(aws_sdk_sqs::Client::new(sdk), queue_url).await
+    }
+
+    pub async fn with_client(
+        sqs: aws_sdk_sqs::Client,
+        queue_url: impl Into<String>,
+    ) -> Result<Self, SendError> {
+        let queue_url = queue_url.into();
+        let out = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(QueueAttributeName::FifoQueue)
+            .attribute_names(QueueAttributeName::MaximumMessageSize)
+            .send()
+            .await
+            .map_err(|e| SendError::Queue {
+                queue_url: queue_url.clone(),
+                reason: DisplayErrorContext(e).to_string(),
+            })?;
+        let attrs = out.attributes();
+        let get = |name| attrs.and_then(|a| a.get(&name));
+        Ok(Self {
+            fifo: get(QueueAttributeName::FifoQueue).is_some_and(|v| v == "true"),
+            max_message_bytes: get(QueueAttributeName::MaximumMessageSize)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES),
+            sqs,
+            queue_url,
+        })
+    }
+
+    pub fn is_fifo(&self) -> bool {
+        self.fifo
+    }
+
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// Sends one job to a standard queue (a FIFO queue needs a group: use
+    /// [`Producer::send_job`] with [`Job::in_group`]). Returns its message id.
+    pub async fn send<T: Serialize + ?Sized>(
+        &self,
+        job_id: &str,
+        payload: &T,
+    ) -> Result<String, SendError> {
+        self.send_job(Job::new(job_id, payload)?).await
+    }
+
+    pub async fn send_job(&self, job: Job) -> Result<String, SendError> {
+        self.send_batch(vec![job]).await.remove(0).1
+    }
+
+    /// Sends jobs in `SendMessageBatch` calls (at most 10 entries and the
+    /// queue's size limit per call), retrying only the entries that failed
+    /// for a reason that can pass, with backoff. Returns one result per job,
+    /// in input order: its message id, or why it was not sent. A job that
+    /// cannot be sent is refused before any request.
+    pub async fn send_batch(&self, jobs: Vec<Job>) -> Vec<(String, Result<String, SendError>)> {
+        let mut results: Vec<Option<Result<String, SendError>>> =
+            jobs.iter().map(|j| self.check(j).err().map(Err)).collect();
+        let valid: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
+        let sizes: Vec<usize> = valid.iter().map(|&i| jobs[i].size()).collect();
+        let batches: Vec<Vec<usize>> = pack(&sizes, self.max_message_bytes)
+            .into_iter()
+            .map(|r| valid[r].to_vec())
+            .collect();
+        // FIFO order within a group holds only if batches go one at a time.
+        let concurrency = if self.fifo { 1 } else { CONCURRENCY };
+        let sent: Vec<Vec<(usize, Result<String, SendError>)>> = stream::iter(batches)
+            .map(|batch| self.send_with_retries(&jobs, batch))
+            .buffered(concurrency)
+            .collect()
+            .await;
+        for (i, r) in sent.into_iter().flatten() {
+            results[i] = Some(r);
+        }
+        jobs.into_iter()
+            .zip(results)
+            .map(|(j, r)| (j.id, r.expect("every job has a result")))
+            .collect()
+    }
+
+    /// Everything SQS would refuse that can be known before sending.
+    fn check(&self, job: &Job) -> Result<(), SendError> {
+        let job_id = || job.id.clone();
+        JobId::new(job.id.as_str()).map_err(|source| SendError::InvalidJobId {
+            job_id: job_id(),
+            source,
+        })?;
+        let count =
+            job.attributes.len() + usize::from(!job.attributes.contains_key(JOB_ID_ATTRIBUTE));
+        if count > MAX_ATTRIBUTES {
+            return Err(SendError::TooManyAttributes {
+                job_id: job_id(),
+                count,
+            });
+        }
+        if job.size() > self.max_message_bytes {
+            return Err(SendError::TooLarge {
+                job_id: job_id(),
+                bytes: job.size(),
+                limit: self.max_message_bytes,
+            });
+        }
+        if self.fifo && job.group_id.is_none() {
+            return Err(SendError::MissingGroup { job_id: job_id() });
+        }
+        Ok(())
+    }
+
+    fn entry(&self, i: usize, job: &Job) -> Result<SendMessageBatchRequestEntry, String> {
+        let id_attr = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(&job.id)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut attributes = job.attributes.clone();
+        attributes.insert(JOB_ID_ATTRIBUTE.to_owned(), id_attr);
+        let mut e = SendMessageBatchRequestEntry::builder()
+            .id(i.to_string())
+            .message_body(&job.body)
+            .set_message_attributes(Some(attributes))
+            .set_message_group_id(job.group_id.clone());
+        if self.fifo {
+            let dedup = job
+                .deduplication_id
+                .clone()
+                .unwrap_or_else(|| deduplication_id(&job.id));
+            e = e.message_deduplication_id(dedup);
+        }
+        e.build().map_err(|e| e.to_string())
+    }
+
+    async fn send_with_retries(
+        &self,
+        jobs: &[Job],
+        batch: Vec<usize>,
+    ) -> Vec<(usize, Result<String, SendError>)> {
+        let mut done = Vec::with_capacity(batch.len());
+        let mut pending = batch;
+        let mut last_error = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            if attempt > 1 {
+                tokio::time::sleep(RETRY_BACKOFF.delay(attempt - 1, &mut rand::rng())).await;
+            }
+            let entries: Result<Vec<_>, String> =
+                pending.iter().map(|&i| self.entry(i, &jobs[i])).collect();
+            let entries = match entries {
+                Ok(e) => e,
+                Err(e) => {
+                    last_error = e;
+                    break;
+                }
+            };
+            let out = match self
+                .sqs
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(e) => {
+                    // The whole call failed (throttling, network): nothing
+                    // is known to be sent; try every entry again.
+                    last_error = DisplayErrorContext(e).to_string();
+                    continue;
+                }
+            };
+            for ok in out.successful() {
+                if let Ok(i) = ok.id().parse::<usize>() {
+                    done.push((i, Ok(ok.message_id().to_owned())));
+                }
+            }
+            let mut retry = Vec::new();
+            for f in out.failed() {
+                let Ok(i) = f.id().parse::<usize>() else {
+                    continue;
+                };
+                let message = f.message().unwrap_or("").to_owned();
+                if f.sender_fault() || PERMANENT_ENTRY_CODES.contains(&f.code()) {
+                    let job_id = jobs[i].id.clone();
+                    let code = f.code().to_owned();
+                    done.push((
+                        i,
+                        Err(SendError::Rejected {
+                            job_id,
+                            code,
+                            message,
+                        }),
+                    ));
+                } else {
+                    last_error = format!("{}: {message}", f.code());
+                    retry.push(i);
+                }
+            }
+            pending = retry;
+            if pending.is_empty() {
+                return done;
+            }
+        }
+        done.extend(pending.into_iter().map(|i| {
+            let err = SendError::GaveUp {
+                job_id: jobs[i].id.clone(),
+                attempts: MAX_ATTEMPTS,
+                last_error: last_error.clone(),
+            };
+            (i, Err(err))
+        }));
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_respects_ten_entries_and_the_size_limit() {
+        assert_eq!(pack(&[1; 25], 1000), vec![0..10, 10..20, 20..25]);
+        assert_eq!(pack(&[400, 400, 400, 100], 1000), vec![0..2, 2..4]);
+        assert_eq!(pack(&[1000, 1, 1000], 1000), vec![0..1, 1..2, 2..3]);
+        assert_eq!(pack(&[], 1000), Vec::<Range<usize>>::new());
+        // An entry alone over the limit still gets a batch (check() refuses
+        // such jobs before packing; pack never loops or drops one).
+        assert_eq!(pack(&[2000], 1000), vec![0..1]);
+        let sizes: Vec<usize> = (0..97).map(|i| (i * 37) % 300 + 1).collect();
+        let batches = pack(&sizes, 1000);
+        assert_eq!(batches.iter().map(|r| r.len()).sum::<usize>(), 97);
+        for r in &batches {
+            assert!(r.len() <= 10 && sizes[r.clone()].iter().sum::<usize>() <= 1000);
+        }
+    }
+
+    #[test]
+    fn fifo_deduplication_ids_fit_and_are_stable() {
+        assert_eq!(deduplication_id("a-1"), "a-1");
+        let long = "j".repeat(129);
+        let h = deduplication_id(&long);
+        assert_eq!(h.len(), 64);
+        assert_eq!(h, deduplication_id(&long));
+        assert_ne!(h, deduplication_id(&"j".repeat(130)));
+        assert_eq!(deduplication_id(&"j".repeat(128)), "j".repeat(128));
+        // Non-ASCII and spaces are not accepted by SQS in dedup ids: hashed.
+        assert_eq!(deduplication_id("café").len(), 64);
+        assert_eq!(deduplication_id("a b").len(), 64);
+    }
+
+    fn producer(fifo: bool, max: usize) -> Producer {
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .build();
+        Producer {
+            sqs: aws_sdk_sqs::Client::from_conf(conf),
+            queue_url: "q".into(),
+            fifo,
+            max_message_bytes: max,
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_job_and_the_limit() {
+        let p = producer(false, 100);
+        let err = p.check(&Job::raw("big-1", "x".repeat(100))).unwrap_err();
+        assert!(matches!(&err, SendError::TooLarge { limit: 100, .. }));
+        assert!(
+            err.to_string().contains("\"big-1\"") && err.to_string().contains("at most 100"),
+            "{err}"
+        );
+
+        let err = p.check(&Job::raw("", "{}")).unwrap_err();
+        assert!(err.to_string().contains("job id is empty"), "{err}");
+
+        let mut job = Job::raw("many", "{}");
+        for i in 0..10 {
+            let v = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("v")
+                .build()
+                .unwrap();
+            job.attributes.insert(format!("a{i}"), v);
+        }
+        let err = p.check(&job).unwrap_err();
+        assert_eq!(
+            err,
+            SendError::TooManyAttributes {
+                job_id: "many".into(),
+                count: 11
+            }
+        );
+
+        let err = producer(true, 1000)
+            .check(&Job::raw("f-1", "{}"))
+            .unwrap_err();
+        assert!(err.to_string().contains("no message group"), "{err}");
+        assert!(
+            producer(true, 1000)
+                .check(&Job::raw("f-1", "{}").in_group("g"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn size_counts_body_and_attributes() {
+        let job = Job::raw("id", "12345");
+        assert_eq!(job.size(), 5 + JOB_ID_ATTRIBUTE.len() + "String".len() + 2);
+    }
+}
