@@ -28,3 +28,20 @@ echo "== cargo test (unit, mocked SDK, local stack, CLI)"
 cargo test --locked --all-targets
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc
+
+# ---------------------------------------------------------------------------
+# Lambda runtime contract (scripts/lambda.sh, tests/lambda_local.rs)
+# ---------------------------------------------------------------------------
+# `cargo lambda watch` serves examples/lambda_probe.rs on the stack above and
+# tests/lambda_local.rs invokes it with the SQS event fixtures. The tests that
+# need the server are #[ignore]d, so the --all-targets run above built them but
+# skipped them; they run here from that build. Watch's `cargo run --example
+# lambda_probe` reuses that run's dependencies and library, and only compiles
+# and links the example as a binary (--all-targets built it as a test harness):
+# seconds. The server is restarted so it serves this tree (it ignores edits
+# while it runs) and is stopped on every exit path from here on, before the stack.
+echo "== Lambda runtime contract (cargo lambda watch)"
+trap 'scripts/lambda.sh down || true; cleanup' EXIT
+scripts/lambda.sh down
+scripts/lambda.sh up
+cargo test --locked --test lambda_local -- --ignored

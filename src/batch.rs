@@ -25,10 +25,11 @@ use tracing::Instrument;
 use crate::backoff::{Backoff, visibility_timeout};
 use crate::classify::{Attempt, Verdict, classify};
 use crate::commit::{Committer, JobRef};
-use crate::dlq::{DeadLetter, DeadLetters, FailureRecord, QueueInfo};
+use crate::dlq::{DeadLetter, DeadLetters, FailureRecord};
 use crate::handler::{Handler, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, PayloadHash};
 use crate::metrics::BatchMetrics;
+use crate::queue::QueueInfo;
 
 /// One received SQS message, whichever host received it.
 #[derive(Debug, Clone)]
@@ -185,7 +186,12 @@ impl<H: Handler> Processor<H> {
                         m.conflict += 1;
                     }
                 }
-                Verdict::NotAttempted { .. } => visibility.push((msg, Duration::ZERO)),
+                Verdict::NotAttempted { why } => {
+                    // Handed back untried: it comes again, so it counts as retried.
+                    m.retried += 1;
+                    tracing::info!(message_id = msg.message_id.as_str(), "not attempted: {why}");
+                    visibility.push((msg, Duration::ZERO));
+                }
             }
             if let Some(took) = took {
                 m.job_durations.push(took);

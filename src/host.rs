@@ -7,9 +7,10 @@ use crate::backoff::Backoff;
 use crate::batch::{BatchConfig, Processor};
 use crate::commit::Committer;
 use crate::config::{ConfigError, IdempotencyConfig, TableLayout, parse_duration};
-use crate::dlq::{DeadLetters, QueueInfo};
+use crate::dlq::DeadLetters;
 use crate::handler::Handler;
 use crate::init::retention;
+use crate::queue::QueueInfo;
 
 /// Any error that stops a host from starting or running.
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;

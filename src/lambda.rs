@@ -16,9 +16,9 @@ use lambda_runtime::{LambdaEvent, service_fn};
 use tokio::sync::Mutex;
 
 use crate::batch::{BatchConfig, Message};
-use crate::dlq::{QueueInfo, url_of_arn};
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
+use crate::queue::{QueueInfo, url_of_arn};
 
 /// Lambda's longest `MaximumBatchingWindowInSeconds` for SQS.
 const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
@@ -93,6 +93,14 @@ fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;
+    if deadline_ms <= now_ms {
+        // Every job would be handed back untried: say so, loudly.
+        tracing::error!(
+            deadline_ms,
+            now_ms,
+            "the invocation deadline has already passed: no job of this batch will start"
+        );
+    }
     Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 

@@ -28,6 +28,7 @@ pub mod job;
 pub mod lambda;
 pub mod metrics;
 pub mod producer;
+pub mod queue;
 pub mod worker;
 
 pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
@@ -68,12 +69,22 @@ pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError>
             .with_env_filter(filter)
             .without_time()
             .try_init();
+        log_panics();
         lambda::run(handler).await
     } else {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .try_init();
+        log_panics();
         worker::run_from_args(handler).await
     }
+}
+
+/// A handler panic fails its job only (see [`batch`]); it is reported as a
+/// log event like any other failure, not as raw text beside JSON logs.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(panic = %info, "panicked");
+    }));
 }

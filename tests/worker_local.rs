@@ -252,8 +252,8 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
 #[tokio::test]
 async fn transient_failure_sets_visibility_observed_on_the_queue() {
     use idemq::batch::{Message, Processor};
-    use idemq::dlq::QueueInfo;
     use idemq::handler::{JobError, JobMeta, handler_fn};
+    use idemq::queue::QueueInfo;
     use idemq::{Committer, JobIdResolver};
 
     let sdk = sdk().await;

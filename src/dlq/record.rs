@@ -1,18 +1,13 @@
-//! Dead letters with context.
-//!
-//! SQS's native redrive moves a message to the DLQ after maxReceiveCount
-//! receives but keeps no trace of *why*. So every failed attempt writes a
-//! failure record (job id, attempt, error and its chain, time, source queue,
-//! payload hash) to the idemq table, and a message dead-lettered by idemq
-//! itself (a permanent failure) also carries that context as attributes.
+//! Failure records and the context attributes of idemq's own dead letters.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use aws_sdk_sqs::types::MessageAttributeValue;
 
+use super::DlqError;
 use crate::classify::Failure;
 use crate::config::TableLayout;
 
@@ -38,105 +33,6 @@ pub struct FailureRecord {
     pub failed_at: SystemTime,
     pub source_queue: String,
     pub payload_hash: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DlqError {
-    #[error("DynamoDB: {0}")]
-    DynamoDb(String),
-    #[error("SQS: {0}")]
-    Sqs(String),
-}
-
-/// Where a queue's dead letters go, read once at cold start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueInfo {
-    pub url: String,
-    pub name: String,
-    pub fifo: bool,
-    pub dlq_url: Option<String>,
-    pub max_receive_count: Option<u32>,
-    pub visibility_timeout: Duration,
-    pub retention: Duration,
-}
-
-impl QueueInfo {
-    /// Reads the queue's `RedrivePolicy` and finds its DLQ.
-    pub async fn discover(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Self, DlqError> {
-        let out = sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(QueueAttributeName::All)
-            .send()
-            .await
-            .map_err(|e| DlqError::Sqs(DisplayErrorContext(e).to_string()))?;
-        let attrs = out.attributes().cloned().unwrap_or_default();
-        let arn = attrs
-            .get(&QueueAttributeName::QueueArn)
-            .cloned()
-            .unwrap_or_default();
-        let name = arn
-            .rsplit(':')
-            .next()
-            .filter(|n| !n.is_empty())
-            .map_or_else(
-                || url.rsplit('/').next().unwrap_or(url).to_owned(),
-                str::to_owned,
-            );
-        let fifo = attrs
-            .get(&QueueAttributeName::FifoQueue)
-            .is_some_and(|v| v == "true");
-        let secs = |name: QueueAttributeName, default: u64| {
-            Duration::from_secs(
-                attrs
-                    .get(&name)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(default),
-            )
-        };
-        // SQS's defaults, should an emulator leave them out.
-        let visibility_timeout = secs(QueueAttributeName::VisibilityTimeout, 30);
-        let retention = secs(QueueAttributeName::MessageRetentionPeriod, 4 * 24 * 3600);
-        let redrive = attrs
-            .get(&QueueAttributeName::RedrivePolicy)
-            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());
-        let (mut dlq_url, mut max_receive_count) = (None, None);
-        if let Some(policy) = redrive {
-            max_receive_count = match &policy["maxReceiveCount"] {
-                serde_json::Value::String(s) => s.parse().ok(),
-                v => v.as_u64().and_then(|n| u32::try_from(n).ok()),
-            };
-            if let Some(target) = policy["deadLetterTargetArn"].as_str() {
-                dlq_url = Some(url_of_arn(sqs, target).await?);
-            }
-        }
-        Ok(Self {
-            url: url.to_owned(),
-            name,
-            fifo,
-            dlq_url,
-            max_receive_count,
-            visibility_timeout,
-            retention,
-        })
-    }
-}
-
-/// The URL of the queue with this ARN (`arn:aws:sqs:region:account:name`).
-pub async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, DlqError> {
-    let mut parts = arn.split(':');
-    let (account, name) = (parts.nth(4), parts.next());
-    let (Some(account), Some(name)) = (account, name) else {
-        return Err(DlqError::Sqs(format!("{arn:?} is not an SQS queue ARN")));
-    };
-    let out = sqs
-        .get_queue_url()
-        .queue_name(name)
-        .queue_owner_aws_account_id(account)
-        .send()
-        .await
-        .map_err(|e| DlqError::Sqs(format!("queue {arn}: {}", DisplayErrorContext(e))))?;
-    Ok(out.queue_url().unwrap_or_default().to_owned())
 }
 
 /// Writes failure records and sends permanent failures to the DLQ.
@@ -233,6 +129,76 @@ impl DeadLetters {
             .await
             .map_err(|e| DlqError::DynamoDb(DisplayErrorContext(e).to_string()))?;
         Ok(out.item().map(|item| self.parse(item)))
+    }
+
+    /// Reads the failure records of many dead letters, 100 keys per
+    /// `BatchGetItem`. Keyed by `(job id, message id)` as given.
+    pub async fn read_many(
+        &self,
+        wanted: &[(Option<String>, String)],
+    ) -> Result<HashMap<(Option<String>, String), FailureRecord>, DlqError> {
+        let pk = &self.layout.partition_key;
+        let mut by_key: HashMap<String, Vec<(Option<String>, String)>> = HashMap::new();
+        for (job, msg) in wanted {
+            by_key
+                .entry(self.record_key(job.as_deref(), msg))
+                .or_default()
+                .push((job.clone(), msg.clone()));
+        }
+        let keys: Vec<String> = by_key.keys().cloned().collect();
+        let mut found = HashMap::new();
+        for chunk in keys.chunks(100) {
+            let mut pending: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|k| HashMap::from([(pk.clone(), AttributeValue::S(k.clone()))]))
+                .collect();
+            // DynamoDB may leave keys unprocessed under load: ask again.
+            for attempt in 0..8u32 {
+                if pending.is_empty() {
+                    break;
+                }
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(50 << attempt.min(5))).await;
+                }
+                let request = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| DlqError::DynamoDb(e.to_string()))?;
+                let out = self
+                    .ddb
+                    .batch_get_item()
+                    .request_items(&self.layout.table_name, request)
+                    .send()
+                    .await
+                    .map_err(|e| DlqError::DynamoDb(DisplayErrorContext(e).to_string()))?;
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.layout.table_name))
+                    .into_iter()
+                    .flatten()
+                {
+                    let Some(key) = item.get(pk).and_then(|v| v.as_s().ok()) else {
+                        continue;
+                    };
+                    for wanted in by_key.get(key).into_iter().flatten() {
+                        found.insert(wanted.clone(), self.parse(item));
+                    }
+                }
+                pending = out
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.layout.table_name))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+            if !pending.is_empty() {
+                return Err(DlqError::DynamoDb(format!(
+                    "{} failure records stayed unprocessed after 8 tries",
+                    pending.len()
+                )));
+            }
+        }
+        Ok(found)
     }
 
     fn parse(&self, item: &HashMap<String, AttributeValue>) -> FailureRecord {

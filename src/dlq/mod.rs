@@ -1,0 +1,29 @@
+//! Dead letters with context, and the tools to act on them.
+//!
+//! SQS's native redrive moves a message to the DLQ after maxReceiveCount
+//! receives but keeps no trace of *why*. So every failed attempt writes a
+//! failure record (job id, attempt, error and its chain, time, source queue,
+//! payload hash) to the idemq table ([`record`]), and a message
+//! dead-lettered by idemq itself (a permanent failure) also carries that
+//! context as `idemq-*` attributes.
+//!
+//! The operator side (`idemq dlq`): [`peek`] reads the DLQ without consuming
+//! it, [`redrive`] moves dead letters back (sending before deleting, so a
+//! kill at any instant loses nothing), [`archive`] exports and imports them
+//! as JSON lines.
+
+pub mod peek;
+pub mod record;
+
+pub use record::{
+    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
+    FailureRecord, MAX_MESSAGE_ATTRIBUTES,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    #[error("DynamoDB: {0}")]
+    DynamoDb(String),
+    #[error("SQS: {0}")]
+    Sqs(String),
+}

@@ -1,0 +1,116 @@
+//! What idemq reads of a source queue: its DLQ and `maxReceiveCount` (from
+//! `RedrivePolicy`), its visibility timeout and retention. Read once, at
+//! cold start.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::QueueAttributeName;
+
+/// A queue that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {0} does not exist")]
+    NotFound(String),
+    #[error("{0:?} is not an SQS queue ARN")]
+    NotAnArn(String),
+    #[error("SQS: {0}")]
+    Sqs(String),
+}
+
+/// Where a queue's dead letters go, read once at cold start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    pub url: String,
+    pub name: String,
+    pub fifo: bool,
+    pub dlq_url: Option<String>,
+    pub max_receive_count: Option<u32>,
+    pub visibility_timeout: Duration,
+    pub retention: Duration,
+}
+
+impl QueueInfo {
+    /// Reads the queue's `RedrivePolicy` and finds its DLQ.
+    pub async fn discover(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Self, QueueError> {
+        let out = sqs
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| match e.as_service_error() {
+                Some(se) if se.is_queue_does_not_exist() => QueueError::NotFound(url.to_owned()),
+                _ => QueueError::Sqs(DisplayErrorContext(e).to_string()),
+            })?;
+        let attrs = out.attributes().cloned().unwrap_or_default();
+        let arn = attrs
+            .get(&QueueAttributeName::QueueArn)
+            .cloned()
+            .unwrap_or_default();
+        let name = arn
+            .rsplit(':')
+            .next()
+            .filter(|n| !n.is_empty())
+            .map_or_else(
+                || url.rsplit('/').next().unwrap_or(url).to_owned(),
+                str::to_owned,
+            );
+        let fifo = attrs
+            .get(&QueueAttributeName::FifoQueue)
+            .is_some_and(|v| v == "true");
+        let secs = |name: QueueAttributeName, default: u64| {
+            Duration::from_secs(
+                attrs
+                    .get(&name)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(default),
+            )
+        };
+        // SQS's defaults, should an emulator leave them out.
+        let visibility_timeout = secs(QueueAttributeName::VisibilityTimeout, 30);
+        let retention = secs(QueueAttributeName::MessageRetentionPeriod, 4 * 24 * 3600);
+        let redrive = attrs
+            .get(&QueueAttributeName::RedrivePolicy)
+            .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());
+        let (mut dlq_url, mut max_receive_count) = (None, None);
+        if let Some(policy) = redrive {
+            max_receive_count = match &policy["maxReceiveCount"] {
+                serde_json::Value::String(s) => s.parse().ok(),
+                v => v.as_u64().and_then(|n| u32::try_from(n).ok()),
+            };
+            if let Some(target) = policy["deadLetterTargetArn"].as_str() {
+                dlq_url = Some(url_of_arn(sqs, target).await?);
+            }
+        }
+        Ok(Self {
+            url: url.to_owned(),
+            name,
+            fifo,
+            dlq_url,
+            max_receive_count,
+            visibility_timeout,
+            retention,
+        })
+    }
+}
+
+/// The URL of the queue with this ARN (`arn:aws:sqs:region:account:name`).
+pub async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, QueueError> {
+    let mut parts = arn.split(':');
+    let (account, name) = (parts.nth(4), parts.next());
+    let (Some(account), Some(name)) = (account, name) else {
+        return Err(QueueError::NotAnArn(arn.to_owned()));
+    };
+    let out = sqs
+        .get_queue_url()
+        .queue_name(name)
+        .queue_owner_aws_account_id(account)
+        .send()
+        .await
+        .map_err(|e| match e.as_service_error() {
+            Some(se) if se.is_queue_does_not_exist() => QueueError::NotFound(arn.to_owned()),
+            _ => QueueError::Sqs(format!("queue {arn}: {}", DisplayErrorContext(e))),
+        })?;
+    Ok(out.queue_url().unwrap_or_default().to_owned())
+}
