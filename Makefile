@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test lint fmt stack-up stack-down stack-status bench-worker bench-producer
+.PHONY: help demo test lint fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -17,6 +17,8 @@ help:
 	@echo "make stack-down  stop them"
 	@echo "make bench-worker  idemq's worker against a plain consumer, same run"
 	@echo "make bench-producer  Producer::send_batch against one SendMessage per job"
+	@echo "make bench-redrive   idemq dlq redrive against SQS's StartMessageMoveTask"
+	@echo "make bench          all three"
 
 demo:
 	@scripts/demo.sh
@@ -47,3 +49,9 @@ bench-worker: stack-up
 bench-producer: stack-up
 	cargo build --locked --example bench_producer
 	$(WITH_STACK) target/debug/examples/bench_producer 5000
+
+bench-redrive: stack-up
+	cargo build --locked --example bench_redrive
+	$(WITH_STACK) target/debug/examples/bench_redrive 2000
+
+bench: bench-worker bench-producer bench-redrive

@@ -54,8 +54,11 @@ pub struct Job {
     pub group_id: Option<String>,
     /// FIFO only; defaults to [`deduplication_id`] of the job id.
     pub deduplication_id: Option<String>,
-    /// More attributes, sent as they are (`idemq-job-id` is added).
+    /// More attributes, sent as they are (`idemq-job-id` is added unless
+    /// [`Job::as_received`]).
     pub attributes: HashMap<String, MessageAttributeValue>,
+    /// Whether `idemq-job-id` is set from `id`.
+    pub set_id_attribute: bool,
 }
 
 impl Job {
@@ -80,6 +83,28 @@ impl Job {
             group_id: None,
             deduplication_id: None,
             attributes: HashMap::new(),
+            set_id_attribute: true,
+        }
+    }
+
+    /// A message to send again exactly as it was received (a redrive or an
+    /// import): its attributes as they are, `idemq-job-id` not added when
+    /// it had none, its FIFO group and deduplication id kept. `id` only
+    /// names the job in errors.
+    pub fn as_received(
+        id: impl Into<String>,
+        body: impl Into<String>,
+        attributes: HashMap<String, MessageAttributeValue>,
+        group_id: Option<String>,
+        deduplication_id: Option<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            body: body.into(),
+            group_id,
+            deduplication_id,
+            attributes,
+            set_id_attribute: false,
         }
     }
 
@@ -96,7 +121,12 @@ impl Job {
             .iter()
             .map(|(k, v)| k.len() + attribute_size(v))
             .sum();
-        self.body.len() + attrs + JOB_ID_ATTRIBUTE.len() + "String".len() + self.id.len()
+        let id_attr = if self.set_id_attribute {
+            JOB_ID_ATTRIBUTE.len() + "String".len() + self.id.len()
+        } else {
+            0
+        };
+        self.body.len() + attrs + id_attr
     }
 }
 
@@ -308,13 +338,15 @@ impl Producer {
     }
 
     fn entry(&self, i: usize, job: &Job) -> Result<SendMessageBatchRequestEntry, String> {
-        let id_attr = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value(&job.id)
-            .build()
-            .map_err(|e| e.to_string())?;
         let mut attributes = job.attributes.clone();
-        attributes.insert(JOB_ID_ATTRIBUTE.to_owned(), id_attr);
+        if job.set_id_attribute {
+            let id_attr = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(&job.id)
+                .build()
+                .map_err(|e| e.to_string())?;
+            attributes.insert(JOB_ID_ATTRIBUTE.to_owned(), id_attr);
+        }
         let mut e = SendMessageBatchRequestEntry::builder()
             .id(i.to_string())
             .message_body(&job.body)

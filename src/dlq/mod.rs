@@ -12,8 +12,10 @@
 //! kill at any instant loses nothing), [`archive`] exports and imports them
 //! as JSON lines.
 
+pub mod archive;
 pub mod peek;
 pub mod record;
+pub mod redrive;
 
 pub use record::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,

@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 use idemq::config::{IdempotencyConfig, TableLayout};
 use idemq::init::{InitError, InitSpec, init};
 
+mod dlq;
+mod progress;
 mod send;
 
 #[derive(Parser)]
@@ -32,6 +34,8 @@ enum Command {
     Init(InitArgs),
     /// Send JSON lines as jobs, each with a stable idemq-job-id.
     Send(send::SendArgs),
+    /// See why dead letters died; move them back without losing any.
+    Dlq(dlq::DlqArgs),
 }
 
 #[derive(clap::Args)]
@@ -61,9 +65,27 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    if let Err(msg) = check_credentials(&sdk).await {
+        return usage_error(&msg);
+    }
     match cli.command {
         Command::Init(args) => run_init(args, &sdk).await,
         Command::Send(args) => send::run(args, &sdk).await,
+        Command::Dlq(args) => dlq::run(args, &sdk).await,
+    }
+}
+
+/// One clear line instead of an SDK error chain on the first request.
+async fn check_credentials(sdk: &aws_config::SdkConfig) -> Result<(), String> {
+    use aws_sdk_sqs::config::ProvideCredentials;
+    const HINT: &str = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE";
+    let Some(provider) = sdk.credentials_provider() else {
+        return Err(format!("no AWS credentials provider: {HINT}"));
+    };
+    match tokio::time::timeout(Duration::from_secs(10), provider.provide_credentials()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => Err(format!("no AWS credentials found: {HINT}")),
+        Err(_) => Err(format!("timed out looking for AWS credentials: {HINT}")),
     }
 }
 

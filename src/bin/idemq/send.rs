@@ -1,13 +1,12 @@
 //! `idemq send`: JSON lines in, one job per line, each with a stable id.
 
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use idemq::Producer;
 use idemq::producer::Job;
-use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
@@ -109,7 +108,7 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         args.group_pointer.as_deref(),
     );
 
-    let bar = progress(lines.len() as u64);
+    let bar = crate::progress::bar(lines.len() as u64, "jobs");
     let mut failures: Vec<String> = Vec::new();
     let mut sent = 0usize;
     let mut jobs = Vec::new();
@@ -180,20 +179,6 @@ fn read_input(file: Option<&PathBuf>) -> Result<String, String> {
             Ok(s)
         }
     }
-}
-
-/// A bar with rate and ETA on a terminal; nothing otherwise.
-fn progress(len: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    if let Ok(style) =
-        ProgressStyle::with_template("{bar:40} {pos}/{len} jobs  {per_sec}  ETA {eta}")
-    {
-        bar.set_style(style);
-    }
-    bar
 }
 
 #[cfg(test)]
