@@ -15,10 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
-};
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use futures_util::{FutureExt, StreamExt, stream};
 use tracing::Instrument;
 
@@ -202,7 +199,11 @@ impl<H: Handler> Processor<H> {
             report.verdicts.push((msg.message_id.clone(), verdict));
         }
         report.failed = failed_ids(messages.iter().zip(report.verdicts.iter().map(|(_, v)| v)));
-        self.change_visibility(queue, &visibility).await;
+        let entries: Vec<(&str, &str, Duration)> = visibility
+            .iter()
+            .map(|(m, t)| (m.message_id.as_str(), m.receipt_handle.as_str(), *t))
+            .collect();
+        crate::queue::change_visibility(&self.sqs, &queue.url, &entries).await;
         report
     }
 
@@ -337,50 +338,6 @@ impl<H: Handler> Processor<H> {
                     failure: rec.failure.clone(),
                     retry_after: None,
                 }
-            }
-        }
-    }
-
-    /// `ChangeMessageVisibilityBatch`, 10 entries a call. A message that is
-    /// no longer in flight (its handle expired, or it was received again)
-    /// is logged and skipped: SQS redelivers it anyway.
-    async fn change_visibility(&self, queue: &QueueInfo, entries: &[(&Message, Duration)]) {
-        for chunk in entries.chunks(10) {
-            let batch: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (msg, timeout))| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(&msg.receipt_handle)
-                        .visibility_timeout(i32::try_from(timeout.as_secs()).unwrap_or(i32::MAX))
-                        .build()
-                        .ok()
-                })
-                .collect();
-            match self
-                .sqs
-                .change_message_visibility_batch()
-                .queue_url(&queue.url)
-                .set_entries(Some(batch))
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    for f in out.failed() {
-                        let msg = f.id().parse::<usize>().ok().and_then(|i| chunk.get(i));
-                        tracing::warn!(
-                            message_id = msg.map(|(m, _)| m.message_id.as_str()),
-                            code = f.code(),
-                            "visibility not changed: {}",
-                            f.message().unwrap_or("")
-                        );
-                    }
-                }
-                Err(e) => tracing::warn!(
-                    "ChangeMessageVisibilityBatch failed: {}",
-                    DisplayErrorContext(e)
-                ),
             }
         }
     }

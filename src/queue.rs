@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::QueueAttributeName;
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
+};
 
 /// A queue that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -113,4 +115,94 @@ pub async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, 
             _ => QueueError::Sqs(format!("queue {arn}: {}", DisplayErrorContext(e))),
         })?;
     Ok(out.queue_url().unwrap_or_default().to_owned())
+}
+
+/// `DeleteMessageBatch`, 10 a call. Returns the indexes (into `handles`)
+/// whose delete failed, a whole failed call counting for all its entries.
+pub async fn delete_messages(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[&str]) -> Vec<usize> {
+    let mut failed = Vec::new();
+    for (c, chunk) in handles.chunks(10).enumerate() {
+        let entries: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*h)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let sent = sqs
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await;
+        match sent {
+            Ok(out) => {
+                for f in out.failed() {
+                    tracing::warn!(
+                        code = f.code(),
+                        "delete failed: {}",
+                        f.message().unwrap_or("")
+                    );
+                    failed.extend(f.id().parse::<usize>().ok().map(|i| c * 10 + i));
+                }
+            }
+            Err(e) => {
+                tracing::warn!("DeleteMessageBatch failed: {}", DisplayErrorContext(e));
+                failed.extend((0..chunk.len()).map(|i| c * 10 + i));
+            }
+        }
+    }
+    failed
+}
+
+/// `ChangeMessageVisibilityBatch`, 10 a call, for entries of (message id,
+/// receipt handle, new timeout). A message no longer in flight (its handle
+/// expired, or it was received again) is logged and skipped: SQS makes it
+/// visible on its own.
+pub async fn change_visibility(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    entries: &[(&str, &str, Duration)],
+) {
+    for chunk in entries.chunks(10) {
+        let batch: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, handle, timeout))| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*handle)
+                    .visibility_timeout(i32::try_from(timeout.as_secs()).unwrap_or(i32::MAX))
+                    .build()
+                    .ok()
+            })
+            .collect();
+        let sent = sqs
+            .change_message_visibility_batch()
+            .queue_url(url)
+            .set_entries(Some(batch))
+            .send()
+            .await;
+        match sent {
+            Ok(out) => {
+                for f in out.failed() {
+                    let entry = f.id().parse::<usize>().ok().and_then(|i| chunk.get(i));
+                    tracing::warn!(
+                        message_id = entry.map(|(id, _, _)| *id),
+                        code = f.code(),
+                        "visibility not changed: {}",
+                        f.message().unwrap_or("")
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(
+                "ChangeMessageVisibilityBatch failed: {}",
+                DisplayErrorContext(e)
+            ),
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use clap::Parser;
 use tokio::sync::Notify;
 
@@ -126,7 +126,10 @@ pub async fn serve<H: Handler>(
         // again alongside itself: that is this batch's deadline.
         let deadline = received_at + queue.visibility_timeout;
         let report = host.processor.process(&queue, &messages, deadline).await;
-        delete(&host.sqs, &queue.url, &report.done).await;
+        // A failed delete only means a duplicate delivery later, which the
+        // marker absorbs (and which delete_messages logs).
+        let done: Vec<&str> = report.done.iter().map(String::as_str).collect();
+        crate::queue::delete_messages(&host.sqs, &queue.url, &done).await;
         if args.emf {
             for line in report
                 .metrics
@@ -139,41 +142,6 @@ pub async fn serve<H: Handler>(
     }
     println!("idemq worker: {}", totals.summary());
     Ok(totals)
-}
-
-/// `DeleteMessageBatch`, 10 a call. A failed delete only means a duplicate
-/// delivery later, which the marker absorbs.
-async fn delete(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[String]) {
-    for chunk in handles.chunks(10) {
-        let entries: Vec<_> = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, h)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(h)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        match sqs
-            .delete_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-        {
-            Ok(out) => {
-                for f in out.failed() {
-                    tracing::warn!(
-                        code = f.code(),
-                        "delete failed; the message will come back as a duplicate"
-                    );
-                }
-            }
-            Err(e) => tracing::warn!("DeleteMessageBatch failed: {}", DisplayErrorContext(e)),
-        }
-    }
 }
 
 /// A stop request from SIGINT or SIGTERM.

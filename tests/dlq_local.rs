@@ -7,44 +7,18 @@ mod common;
 mod ledger;
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName as Sys};
-use common::{number, sdk, unique};
+use common::{attribute, idemq, init_queue, number, sdk, unique};
 use idemq::backoff::Backoff;
 use idemq::batch::BatchConfig;
 use idemq::dlq::peek::Peek;
-use idemq::init::{InitReport, InitSpec, init};
+use idemq::init::InitReport;
 use idemq::producer::{Job, Producer};
 use idemq::worker::{WorkerArgs, run_with};
-use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
-
-async fn setup(sdk: &aws_config::SdkConfig, fifo: bool, max_receive_count: u32) -> InitReport {
-    let spec = InitSpec {
-        queue_name: unique("dlq"),
-        fifo,
-        max_receive_count,
-        visibility_timeout: Duration::from_secs(5),
-        layout: TableLayout::new(unique("dlq")),
-        marker_ttl: DEFAULT_MARKER_TTL,
-    };
-    init(
-        &aws_sdk_sqs::Client::new(sdk),
-        &aws_sdk_dynamodb::Client::new(sdk),
-        &spec,
-    )
-    .await
-    .expect("init")
-}
-
-fn idemq(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_idemq"))
-        .args(args)
-        .output()
-        .expect("run idemq")
-}
 
 /// Sends `n` transfers to `account`, amounts 1..=n; returns their sum.
 async fn send_transfers(producer: &Producer, prefix: &str, account: &str, n: usize) -> i64 {
@@ -101,7 +75,7 @@ async fn dlq_total(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_then_list_then_redrive_makes_every_balance_exact() {
     let sdk = sdk().await;
-    let res = setup(&sdk, false, 2).await;
+    let res = init_queue(&sdk, "dlq", false, 2, 5).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
@@ -190,7 +164,7 @@ async fn outage_then_list_then_redrive_makes_every_balance_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_killed_at_random_instants_loses_nothing() {
     let sdk = sdk().await;
-    let res = setup(&sdk, false, 1).await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
@@ -281,44 +255,22 @@ type Seen = (
     Option<String>,
 );
 
-/// Receives and deletes everything: (job id, body, attributes, group, dedup id).
+/// Everything on the queue: (job id, body, attributes, group, dedup id).
 async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<Seen> {
-    let mut all = Vec::new();
-    let mut empty = 0;
-    while empty < 2 {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .message_attribute_names("All")
-            .message_system_attribute_names(Sys::All)
-            .send()
-            .await
-            .unwrap();
-        if out.messages().is_empty() {
-            empty += 1;
-            continue;
-        }
-        for m in out.messages() {
-            let attrs = m.message_attributes().cloned().unwrap_or_default();
+    common::drain(sqs, url)
+        .await
+        .iter()
+        .map(|m| {
             let sys = m.attributes().cloned().unwrap_or_default();
-            all.push((
-                attrs["idemq-job-id"].string_value().unwrap().to_owned(),
-                m.body().unwrap().to_owned(),
-                attrs,
+            (
+                attribute(m, "idemq-job-id").to_owned(),
+                m.body().unwrap_or_default().to_owned(),
+                m.message_attributes().cloned().unwrap_or_default(),
                 sys.get(&Sys::MessageGroupId).cloned(),
                 sys.get(&Sys::MessageDeduplicationId).cloned(),
-            ));
-            sqs.delete_message()
-                .queue_url(url)
-                .receipt_handle(m.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
-        }
-    }
-    all
+            )
+        })
+        .collect()
 }
 
 /// FIFO dead letters with String, Number and Binary attributes: a dry run
@@ -328,8 +280,8 @@ async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<Seen> {
 #[tokio::test]
 async fn selective_redrive_and_dry_run_keep_attributes_and_fifo_fields() {
     let sdk = sdk().await;
-    let res = setup(&sdk, true, 1).await;
-    let other = setup(&sdk, true, 1).await;
+    let res = init_queue(&sdk, "dlq", true, 1, 5).await;
+    let other = init_queue(&sdk, "dlq", true, 1, 5).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     let mut sent = HashMap::new();
@@ -443,7 +395,7 @@ async fn selective_redrive_and_dry_run_keep_attributes_and_fifo_fields() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_redrive_moves_everything_back() {
     let sdk = sdk().await;
-    let res = setup(&sdk, false, 1).await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     send_transfers(&producer, "n", "acct-down", 40).await;
@@ -471,7 +423,7 @@ async fn native_redrive_moves_everything_back() {
 #[tokio::test]
 async fn export_delete_then_import_round_trips() {
     let sdk = sdk().await;
-    let res = setup(&sdk, false, 1).await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     send_transfers(&producer, "e", "acct-down", 25).await;

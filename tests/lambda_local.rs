@@ -22,8 +22,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
-use common::{number, sdk, unique};
+use aws_sdk_sqs::types::QueueAttributeName;
+use common::{attribute, drain, number, sdk, unique};
 use idemq::TableLayout;
 use idemq::classify::FailureKind;
 use idemq::config::DEFAULT_MARKER_TTL;
@@ -236,34 +236,6 @@ async fn counter(
     job: &str,
 ) -> Option<i64> {
     number(ddb, probe.table(), &format!("probe#{run}-{job}"), "n").await
-}
-
-async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<Message> {
-    let mut all = Vec::new();
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(600)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap();
-        if out.messages().is_empty() {
-            return all;
-        }
-        all.extend(out.messages().iter().cloned());
-    }
-}
-
-fn attribute<'m>(m: &'m Message, name: &str) -> &'m str {
-    m.message_attributes()
-        .and_then(|a| a.get(name))
-        .and_then(|v| v.string_value())
-        .unwrap_or_default()
 }
 
 fn dead_letters(sdk: &aws_config::SdkConfig, probe: &Probe) -> DeadLetters {

@@ -9,83 +9,29 @@ mod ledger;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
-use std::process::Command;
-use std::time::Duration;
 
-use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
-use common::{number, sdk, unique};
-use idemq::init::{InitReport, InitSpec, init};
+use common::{attribute, idemq, init_queue, number, sdk, unique};
+use idemq::Producer;
 use idemq::producer::{Job, SendError};
-use idemq::{Producer, TableLayout};
 
-async fn setup(sdk: &aws_config::SdkConfig, fifo: bool) -> InitReport {
-    let spec = InitSpec {
-        queue_name: unique("prod"),
-        fifo,
-        max_receive_count: 6,
-        visibility_timeout: Duration::from_secs(30),
-        layout: TableLayout::new(unique("prod")),
-        marker_ttl: idemq::config::DEFAULT_MARKER_TTL,
-    };
-    init(
-        &aws_sdk_sqs::Client::new(sdk),
-        &aws_sdk_dynamodb::Client::new(sdk),
-        &spec,
-    )
-    .await
-    .expect("init")
-}
-
-/// Receives and deletes everything on the queue, in receive order:
-/// (job id attribute, group, body).
+/// Everything on the queue, in receive order: (job id, group, body).
 async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<(String, Option<String>, String)> {
     use aws_sdk_sqs::types::MessageSystemAttributeName as S;
-    let mut all = Vec::new();
-    let mut empty = 0;
-    while empty < 2 {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .message_attribute_names("All")
-            .message_system_attribute_names(S::MessageGroupId)
-            .send()
-            .await
-            .unwrap();
-        if out.messages().is_empty() {
-            empty += 1;
-            continue;
-        }
-        let mut deletes = Vec::new();
-        for (i, m) in out.messages().iter().enumerate() {
-            let id = m
-                .message_attributes()
-                .and_then(|a| a.get("idemq-job-id"))
-                .and_then(|v| v.string_value())
-                .unwrap_or_default()
-                .to_owned();
+    common::drain(sqs, url)
+        .await
+        .iter()
+        .map(|m| {
             let group = m
                 .attributes()
                 .and_then(|a| a.get(&S::MessageGroupId))
                 .cloned();
-            all.push((id, group, m.body().unwrap_or_default().to_owned()));
-            deletes.push(
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(m.receipt_handle().unwrap())
-                    .build()
-                    .unwrap(),
-            );
-        }
-        sqs.delete_message_batch()
-            .queue_url(url)
-            .set_entries(Some(deletes))
-            .send()
-            .await
-            .unwrap();
-    }
-    all
+            (
+                attribute(m, "idemq-job-id").to_owned(),
+                group,
+                m.body().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
 }
 
 /// 1,000 jobs, every 50th with a body SQS refuses (a control character
@@ -95,7 +41,7 @@ async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<(String, Option<Stri
 #[tokio::test]
 async fn thousand_jobs_with_rejected_entries() {
     let sdk = sdk().await;
-    let res = setup(&sdk, false).await;
+    let res = init_queue(&sdk, "prod", false, 6, 30).await;
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     let jobs: Vec<Job> = (0..1000)
         .map(|i| {
@@ -143,7 +89,7 @@ async fn thousand_jobs_with_rejected_entries() {
 #[tokio::test]
 async fn fifo_order_within_groups_is_preserved() {
     let sdk = sdk().await;
-    let res = setup(&sdk, true).await;
+    let res = init_queue(&sdk, "prod", true, 6, 30).await;
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     assert!(producer.is_fifo());
     let jobs: Vec<Job> = (0..90)
@@ -186,20 +132,13 @@ async fn fifo_order_within_groups_is_preserved() {
     }
 }
 
-fn idemq(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_idemq"))
-        .args(args)
-        .output()
-        .expect("run idemq")
-}
-
 /// `idemq send` of a JSON-lines file with a duplicated line and a broken
 /// one: the broken line is named and the exit code is 1; after the ledger
 /// worker runs, the duplicated transfer is applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idemq_send_with_a_duplicated_line_gives_one_effect() {
     let sdk = sdk().await;
-    let res = setup(&sdk, false).await;
+    let res = init_queue(&sdk, "prod", false, 6, 30).await;
     let dir = std::env::temp_dir().join(unique("send"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("transfers.jsonl");

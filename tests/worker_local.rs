@@ -13,31 +13,12 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::{
     MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
 };
-use common::{number, sdk, unique};
+use common::{attribute, drain, init_queue, number, sdk};
 use idemq::backoff::Backoff;
 use idemq::batch::BatchConfig;
 use idemq::dlq::DeadLetters;
-use idemq::init::{InitReport, InitSpec, init};
 use idemq::worker::{WorkerArgs, run_with};
 use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
-
-async fn setup(sdk: &aws_config::SdkConfig, max_receive_count: u32) -> InitReport {
-    let spec = InitSpec {
-        queue_name: unique("ledger"),
-        fifo: false,
-        max_receive_count,
-        visibility_timeout: Duration::from_secs(10),
-        layout: TableLayout::new(unique("ledger")),
-        marker_ttl: DEFAULT_MARKER_TTL,
-    };
-    init(
-        &aws_sdk_sqs::Client::new(sdk),
-        &aws_sdk_dynamodb::Client::new(sdk),
-        &spec,
-    )
-    .await
-    .expect("init")
-}
 
 fn attr(v: &str) -> MessageAttributeValue {
     MessageAttributeValue::builder()
@@ -74,28 +55,6 @@ async fn send(sqs: &aws_sdk_sqs::Client, url: &str, jobs: &[(Option<String>, Str
     }
 }
 
-/// Every message on a queue (it is left invisible, the test is done with it).
-async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
-    let mut all = Vec::new();
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(600)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap();
-        if out.messages().is_empty() {
-            return all;
-        }
-        all.extend(out.messages().iter().cloned());
-    }
-}
-
 fn worker_args(queue_url: &str, table: &str) -> WorkerArgs {
     WorkerArgs {
         queue_url: queue_url.to_owned(),
@@ -115,7 +74,7 @@ fn worker_args(queue_url: &str, table: &str) -> WorkerArgs {
 async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
     const MAX_RECEIVES: u32 = 4;
     let sdk = sdk().await;
-    let res = setup(&sdk, MAX_RECEIVES).await;
+    let res = init_queue(&sdk, "ledger", false, MAX_RECEIVES, 10).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
 
@@ -191,13 +150,7 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
     // Outage jobs (50): redriven by SQS after MAX_RECEIVES receives.
     // Malformed (10): dead-lettered by idemq at once.
     let dead = drain(&sqs, &res.dlq_url).await;
-    let job_id = |m: &aws_sdk_sqs::types::Message| {
-        m.message_attributes()
-            .and_then(|a| a.get("idemq-job-id"))
-            .and_then(|v| v.string_value())
-            .unwrap_or("")
-            .to_owned()
-    };
+    let job_id = |m: &aws_sdk_sqs::types::Message| attribute(m, "idemq-job-id").to_owned();
     let dead_ids: HashSet<String> = dead.iter().map(job_id).collect();
     assert_eq!(dead.len(), 50 + 10, "50 outage jobs + 10 malformed");
     assert!(outage.iter().all(|id| dead_ids.contains(id)));
@@ -257,7 +210,7 @@ async fn transient_failure_sets_visibility_observed_on_the_queue() {
     use idemq::{Committer, JobIdResolver};
 
     let sdk = sdk().await;
-    let res = setup(&sdk, 6).await;
+    let res = init_queue(&sdk, "ledger", false, 6, 10).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let layout = TableLayout::new(&res.table_name);

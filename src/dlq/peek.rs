@@ -11,8 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue,
-    MessageSystemAttributeName as Sys, QueueAttributeName,
+    MessageAttributeValue, MessageSystemAttributeName as Sys, QueueAttributeName,
 };
 use serde::Serialize;
 
@@ -254,33 +253,17 @@ impl Peek {
     /// Makes messages visible again at once (10 per call). Handles that
     /// expired meanwhile are already visible: nothing to do for them.
     pub async fn release(&self, messages: &[DeadMessage]) {
-        for chunk in messages.chunks(10) {
-            let entries: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, m)| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(&m.receipt_handle)
-                        .visibility_timeout(0)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            if let Err(e) = self
-                .sqs
-                .change_message_visibility_batch()
-                .queue_url(&self.dlq_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                tracing::warn!(
-                    "could not make dead letters visible again (they will be after their hold): {}",
-                    DisplayErrorContext(e)
-                );
-            }
-        }
+        let entries: Vec<(&str, &str, Duration)> = messages
+            .iter()
+            .map(|m| {
+                (
+                    m.message_id.as_str(),
+                    m.receipt_handle.as_str(),
+                    Duration::ZERO,
+                )
+            })
+            .collect();
+        crate::queue::change_visibility(&self.sqs, &self.dlq_url, &entries).await;
     }
 
     pub fn dlq_url(&self) -> &str {

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, QueueAttributeName};
+use aws_sdk_sqs::types::QueueAttributeName;
 use futures_util::future::join_all;
 use serde::Serialize;
 
@@ -291,44 +291,15 @@ impl<'a> Redrive<'a> {
 
     /// Deletes sent messages from the DLQ; returns the ids whose delete failed.
     async fn delete(&self, sent: &[(DeadMessage, Context)]) -> HashSet<String> {
-        let mut failed = HashSet::new();
-        for chunk in sent.chunks(10) {
-            let entries: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (m, _))| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(&m.receipt_handle)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            match self
-                .peek
-                .sqs()
-                .delete_message_batch()
-                .queue_url(self.peek.dlq_url())
-                .set_entries(Some(entries))
-                .send()
-                .await
-            {
-                Ok(out) => {
-                    for f in out.failed() {
-                        if let Some((m, _)) =
-                            f.id().parse::<usize>().ok().and_then(|i| chunk.get(i))
-                        {
-                            failed.insert(m.message_id.clone());
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!("DeleteMessageBatch failed: {}", DisplayErrorContext(e));
-                    failed.extend(chunk.iter().map(|(m, _)| m.message_id.clone()));
-                }
-            }
-        }
-        failed
+        let handles: Vec<&str> = sent
+            .iter()
+            .map(|(m, _)| m.receipt_handle.as_str())
+            .collect();
+        crate::queue::delete_messages(self.peek.sqs(), self.peek.dlq_url(), &handles)
+            .await
+            .into_iter()
+            .map(|i| sent[i].0.message_id.clone())
+            .collect()
     }
 
     /// Where a dead letter goes: `--to`, else the queue SQS's redrive took

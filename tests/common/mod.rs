@@ -61,3 +61,81 @@ pub async fn number(
         .expect("get_item");
     out.item()?.get(attr)?.as_n().ok()?.parse().ok()
 }
+
+/// `idemq init` of a fresh queue, DLQ and table named `prefix-…`.
+pub async fn init_queue(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+    fifo: bool,
+    max_receive_count: u32,
+    visibility_secs: u64,
+) -> idemq::init::InitReport {
+    let spec = idemq::init::InitSpec {
+        queue_name: unique(prefix),
+        fifo,
+        max_receive_count,
+        visibility_timeout: std::time::Duration::from_secs(visibility_secs),
+        layout: TableLayout::new(unique(prefix)),
+        marker_ttl: idemq::config::DEFAULT_MARKER_TTL,
+    };
+    idemq::init::init(
+        &aws_sdk_sqs::Client::new(sdk),
+        &aws_sdk_dynamodb::Client::new(sdk),
+        &spec,
+    )
+    .await
+    .expect("init")
+}
+
+/// Receives and deletes every message of a queue (until two empty long
+/// polls), with all attributes, in receive order. Deleting as it goes keeps
+/// FIFO groups flowing.
+pub async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    let mut all = Vec::new();
+    let mut empty = 0;
+    while empty < 2 {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        if out.messages().is_empty() {
+            empty += 1;
+            continue;
+        }
+        let handles: Vec<&str> = out
+            .messages()
+            .iter()
+            .filter_map(|m| m.receipt_handle())
+            .collect();
+        assert!(
+            idemq::queue::delete_messages(sqs, url, &handles)
+                .await
+                .is_empty(),
+            "delete"
+        );
+        all.extend(out.messages().iter().cloned());
+    }
+    all
+}
+
+/// A string message attribute, or "".
+pub fn attribute<'m>(m: &'m aws_sdk_sqs::types::Message, name: &str) -> &'m str {
+    m.message_attributes()
+        .and_then(|a| a.get(name))
+        .and_then(|v| v.string_value())
+        .unwrap_or_default()
+}
+
+/// Runs the `idemq` binary.
+pub fn idemq(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+        .args(args)
+        .output()
+        .expect("run idemq")
+}

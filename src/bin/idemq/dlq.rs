@@ -563,7 +563,13 @@ impl Ctx {
             return Ok(ExitCode::SUCCESS);
         }
         let messages: Vec<DeadMessage> = items.into_iter().map(|(m, _)| m).collect();
-        let not_deleted = delete_all(self.peek.sqs(), self.peek.dlq_url(), &messages).await;
+        let handles: Vec<&str> = messages.iter().map(|m| m.receipt_handle.as_str()).collect();
+        let not_deleted: Vec<&str> =
+            idemq::queue::delete_messages(self.peek.sqs(), self.peek.dlq_url(), &handles)
+                .await
+                .into_iter()
+                .map(|i| messages[i].message_id.as_str())
+                .collect();
         for id in &not_deleted {
             eprintln!("failed: {id}: exported but not deleted");
         }
@@ -579,39 +585,6 @@ impl Ctx {
             ExitCode::FAILURE
         })
     }
-}
-
-async fn delete_all(sqs: &aws_sdk_sqs::Client, url: &str, messages: &[DeadMessage]) -> Vec<String> {
-    let mut failed = Vec::new();
-    for chunk in messages.chunks(10) {
-        let entries: Vec<_> = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| {
-                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(&m.receipt_handle)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        match sqs
-            .delete_message_batch()
-            .queue_url(url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-        {
-            Ok(out) => failed.extend(
-                out.failed()
-                    .iter()
-                    .filter_map(|f| f.id().parse::<usize>().ok().and_then(|i| chunk.get(i)))
-                    .map(|m| m.message_id.clone()),
-            ),
-            Err(_) => failed.extend(chunk.iter().map(|m| m.message_id.clone())),
-        }
-    }
-    failed
 }
 
 async fn import(sqs: &aws_sdk_sqs::Client, file: &PathBuf, to: &str) -> CmdResult {
