@@ -7,12 +7,15 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test lint fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench
+.PHONY: help demo test test-chaos lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
 	@echo "make test        all tests (starts and stops the local stack)"
+	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
 	@echo "make lint        cargo fmt --check and clippy -D warnings"
+	@echo "make lint-infra  SAM/Terraform rules, least privilege, cfn-lint, terraform fmt"
+	@echo "make deploy      sam build + sam deploy of infra/sam (DEPLOY_ARGS=... for sam deploy)"
 	@echo "make stack-up    start LocalStack (SQS) + moto (DynamoDB) on 127.0.0.1"
 	@echo "make stack-down  stop them"
 	@echo "make bench-worker  idemq's worker against a plain consumer, same run"
@@ -25,6 +28,18 @@ demo:
 
 test:
 	@scripts/test.sh
+
+test-chaos:
+	@CHAOS_JOBS=1000 scripts/chaos.sh
+
+lint-infra:
+	@scripts/infra_test.sh
+
+deploy:
+	@command -v sam >/dev/null || { echo "make deploy needs the SAM CLI (pip install aws-sam-cli), cargo-lambda and AWS credentials: docs/operations.md#deploying" >&2; exit 2; }
+	cp Cargo.lock infra/sam/function/Cargo.lock
+	cargo metadata --format-version 1 --manifest-path infra/sam/function/Cargo.toml >/dev/null
+	cd infra/sam && PATH="$(CURDIR)/.state/venv-tools/bin:$$PATH" sam build && sam deploy $(DEPLOY_ARGS)
 
 lint:
 	cargo fmt --check

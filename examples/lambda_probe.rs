@@ -9,7 +9,12 @@
 //!   that a job took effect exactly once;
 //! - `transient` / `permanent` fail with that retry intent;
 //! - `panic` panics inside the handler;
-//! - `sleep` sleeps `ms` milliseconds (default 0), then does what `ok` does.
+//! - `sleep` sleeps `ms` milliseconds (default 0), then does what `ok` does;
+//! - `big` returns an effect whose item is over DynamoDB's 400 KB limit
+//!   (the chaos suite checks it is refused before any write).
+//!
+//! It is also the worker of the chaos suite (`tests/chaos.rs`), run as
+//! local worker processes.
 //!
 //! It runs through [`idemq::run`] like any idemq function, so under a Lambda
 //! Runtime API it is the same code path as a deployed function.
@@ -41,6 +46,7 @@ pub enum Action {
     Permanent,
     Panic,
     Sleep,
+    Big,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,6 +82,14 @@ impl Handler for Probe {
             Action::Panic => panic!("probe job {} asked to panic", job.id),
             Action::Sleep => {
                 tokio::time::sleep(Duration::from_millis(job.ms.unwrap_or(0))).await;
+            }
+            Action::Big => {
+                let blob = AttributeValue::S("x".repeat(500 * 1024));
+                return Ok(Effect::new().with(Write::put(
+                    &self.table,
+                    Key::string("pk", format!("big#{}", job.id)),
+                    [("blob".to_string(), blob)].into(),
+                )));
             }
         }
         Ok(Effect::new().with(

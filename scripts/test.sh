@@ -29,6 +29,12 @@ cargo test --locked --all-targets
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc
 
+echo "== infra templates (rules, least privilege, cfn-lint, terraform fmt, local CloudFormation)"
+scripts/infra_test.sh
+
+echo "== chaos suite, small (make test-chaos runs it at full size)"
+CHAOS_JOBS=150 scripts/chaos.sh
+
 # ---------------------------------------------------------------------------
 # Lambda runtime contract (scripts/lambda.sh, tests/lambda_local.rs)
 # ---------------------------------------------------------------------------

@@ -203,6 +203,10 @@ impl<H: Handler> Processor<H> {
             .iter()
             .map(|(m, t)| (m.message_id.as_str(), m.receipt_handle.as_str(), *t))
             .collect();
+        // The chaos suite dies here: failures known, visibility not yet set.
+        fail::fail_point!("batch::before-visibility", |_| -> BatchReport {
+            std::process::abort()
+        });
         crate::queue::change_visibility(&self.sqs, &queue.url, &entries).await;
         report
     }
@@ -389,6 +393,14 @@ where
                     out.push((i, Verdict::NotAttempted { why }, None));
                     continue;
                 }
+                // The chaos suite dies here: in the middle of a batch.
+                fail::fail_point!("batch::before-job", |_| -> Vec<(
+                    usize,
+                    Verdict,
+                    Option<Duration>
+                )> {
+                    std::process::abort()
+                });
                 let start = Instant::now();
                 let verdict = run(msg).await;
                 blocked = msg.group_id.is_some() && verdict.stays_on_queue();

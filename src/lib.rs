@@ -59,6 +59,9 @@ pub struct ReadmeDoctests;
 /// }
 /// ```
 pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
+    // Chaos builds only: failpoints from the FAILPOINTS variable.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("IDEMQ_LOG").unwrap_or_else(|_| "info".into());

@@ -126,6 +126,11 @@ pub async fn serve<H: Handler>(
         // again alongside itself: that is this batch's deadline.
         let deadline = received_at + queue.visibility_timeout;
         let report = host.processor.process(&queue, &messages, deadline).await;
+        // The chaos suite dies here: committed, not yet acknowledged.
+        fail::fail_point!("worker::before-delete", |_| -> Result<
+            BatchMetrics,
+            HostError,
+        > { std::process::abort() });
         // A failed delete only means a duplicate delivery later, which the
         // marker absorbs (and which delete_messages logs).
         let done: Vec<&str> = report.done.iter().map(String::as_str).collect();
