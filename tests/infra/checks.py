@@ -1,0 +1,221 @@
+"""Least privilege and alarm coverage, checked against what the code does.
+
+The IAM *actions* come from the Rust code (sdk_calls.py). What is kept here
+by hand is only where each action may apply (SCOPE): that is policy intent,
+which no parser can infer. An action the code starts calling that has no
+scope yet fails the check with the call path that needs it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from model import Alarm, Deployment, arn_key
+
+# Lambda's event source mapping polls with the function's role: AWS Lambda
+# developer guide, "Lambda execution role for Amazon SQS" (the managed policy
+# AWSLambdaSQSQueueExecutionRole grants these three).
+ESM_ACTIONS = {
+    "sqs:ReceiveMessage": "the event source mapping polls the source queue",
+    "sqs:DeleteMessage": "the event source mapping deletes what the function acknowledged",
+    "sqs:GetQueueAttributes": "the event source mapping reads the source queue",
+}
+# The log group is created by the template, so only streams and events.
+LOG_ACTIONS = {
+    "logs:CreateLogStream": "Lambda writes the function's logs (and idemq's EMF metrics)",
+    "logs:PutLogEvents": "Lambda writes the function's logs (and idemq's EMF metrics)",
+}
+
+# Where each action may be granted: "source", "dlq", "table", "log_group".
+FUNCTION_SCOPE: dict[str, set[str]] = {
+    "sqs:ReceiveMessage": {"source"},
+    "sqs:DeleteMessage": {"source"},
+    "sqs:ChangeMessageVisibility": {"source"},  # backoff, on the source only
+    "sqs:GetQueueAttributes": {"source", "dlq"},  # discover; DLQ retention for the TTL check
+    "sqs:GetQueueUrl": {"source", "dlq"},  # url_of_arn for both
+    "sqs:SendMessage": {"dlq"},  # permanent failures, never back to the source
+    "dynamodb:PutItem": {"table"},
+    "dynamodb:UpdateItem": {"table"},
+    "dynamodb:DeleteItem": {"table"},
+    "dynamodb:ConditionCheckItem": {"table"},
+    "dynamodb:GetItem": {"table"},
+    "logs:CreateLogStream": {"log_group"},
+    "logs:PutLogEvents": {"log_group"},
+}
+
+OPERATOR_SCOPE: dict[str, set[str]] = {
+    "sqs:CreateQueue": {"source", "dlq"},
+    "sqs:GetQueueUrl": {"source", "dlq"},
+    "sqs:GetQueueAttributes": {"source", "dlq"},
+    "sqs:SetQueueAttributes": {"source", "dlq"},
+    "sqs:SendMessage": {"source", "dlq"},  # send/redrive to the source; import may restore the DLQ
+    "sqs:ReceiveMessage": {"dlq"},
+    "sqs:ChangeMessageVisibility": {"dlq"},
+    "sqs:DeleteMessage": {"dlq"},
+    "sqs:ListDeadLetterSourceQueues": {"dlq"},
+    "sqs:StartMessageMoveTask": {"dlq"},
+    "sqs:ListMessageMoveTasks": {"dlq"},
+    "sqs:CancelMessageMoveTask": {"dlq"},
+    "dynamodb:CreateTable": {"table"},
+    "dynamodb:DescribeTable": {"table"},
+    "dynamodb:DescribeTimeToLive": {"table"},
+    "dynamodb:UpdateTimeToLive": {"table"},
+    "dynamodb:GetItem": {"table"},
+    "dynamodb:BatchGetItem": {"table"},
+    "dynamodb:Scan": {"table"},
+}
+
+
+def _role_of(resource: str, d: Deployment) -> str:
+    kind, name = arn_key(resource)
+    if kind == "sqs" and d.source and name == d.source.name:
+        return "source"
+    if kind == "sqs" and d.dlq and name == d.dlq.name:
+        return "dlq"
+    if kind == "table" and name == d.table.get("name"):
+        return "table"
+    if kind == "log-group" and name == d.function.get("log_group"):
+        return "log_group"
+    return f"other resource {resource}"
+
+
+def check_grants(
+    d: Deployment,
+    grants: list[tuple[str, str]],
+    needed: dict[str, str],
+    scope: dict[str, set[str]],
+    who: str,
+) -> list[str]:
+    """`grants` must be exactly {(a, r) : a needed, r in scope[a]}: nothing
+    missing, nothing more, no wildcard."""
+    problems = []
+    granted: set[tuple[str, str]] = set()
+    for action, resource in grants:
+        if "*" in action:
+            problems.append(f"{who}: wildcard action {action}")
+        # The one wildcard allowed: a log group's streams ("log-group:NAME:*"),
+        # whose names Lambda makes up at run time.
+        if "*" in resource and arn_key(resource)[0] != "log-group":
+            problems.append(f"{who}: wildcard resource {resource}")
+        granted.add((action, _role_of(resource, d)))
+    expected: set[tuple[str, str]] = set()
+    for action, why in sorted(needed.items()):
+        if action not in scope:
+            problems.append(
+                f"{who}: the code now calls {action} ({why}); decide which resource it needs, "
+                f"add it to the scope in tests/infra/checks.py and to both templates"
+            )
+            continue
+        expected |= {(action, r) for r in scope[action]}
+    for action, role in sorted(expected - granted):
+        problems.append(f"{who}: {action} on the {role} is not granted (needed: {needed.get(action)})")
+    for action, role in sorted(granted - expected):
+        if action not in needed:
+            problems.append(f"{who}: grants {action} on the {role}, which nothing in the code calls")
+        else:
+            problems.append(
+                f"{who}: grants {action} on the {role}; it is only needed on {sorted(scope.get(action, []))}"
+            )
+    return problems
+
+
+def check_function_role(d: Deployment, code_actions: dict[str, str]) -> list[str]:
+    needed = {**ESM_ACTIONS, **LOG_ACTIONS, **code_actions}
+    problems = [f"function role: {u} (its permissions cannot be checked)" for u in d.role_unreadable]
+    return problems + check_grants(d, d.role_grants, needed, FUNCTION_SCOPE, "function role")
+
+
+def check_operator_policy(d: Deployment, cli_actions: dict[str, str]) -> list[str]:
+    if d.operator_grants is None:
+        return ["no operator policy although it was asked for"]
+    return check_grants(d, d.operator_grants, cli_actions, OPERATOR_SCOPE, "operator policy")
+
+
+# ---------------------------------------------------------------------------
+# Metrics and alarms
+# ---------------------------------------------------------------------------
+
+
+def emitted_metrics(repo: Path) -> tuple[str, str, set[str]]:
+    """(namespace, dimension, metric names) as src/metrics.rs emits them."""
+    src = (repo / "src" / "metrics.rs").read_text()
+    namespace = re.search(r'pub const NAMESPACE: &str = "([^"]+)"', src).group(1)  # type: ignore[union-attr]
+    dimension = re.search(r'pub const QUEUE_DIMENSION: &str = "([^"]+)"', src).group(1)  # type: ignore[union-attr]
+    names = set(re.findall(r'\("(\w+)",\s*self\.\w+\)', src))
+    names |= set(re.findall(r'const JOB_DURATION: &str = "(\w+)"', src))
+    if not {"JobsDeadLettered", "JobsRetried", "JobsConflict", "BatchSize"} <= names:
+        raise AssertionError(f"could not read the metric names from src/metrics.rs (found {sorted(names)})")
+    return namespace, dimension, names
+
+
+def _has(alarm: Alarm, ns: str, metric: str, dims: dict[str, str]) -> bool:
+    return any(m == (ns, metric, dims) for m in alarm.metrics)
+
+
+def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
+    ns, dim, names = emitted_metrics(repo)
+    if d.source is None or d.dlq is None:
+        return ["no source queue / DLQ to alarm on"]
+    q = {dim: d.source.name}  # QueueInfo.name: the queue's name, not its URL
+    fn = {"FunctionName": d.function["name"]}
+    required = {
+        "dead-letter rate": lambda a: (
+            _has(a, ns, "JobsDeadLettered", q) and _has(a, ns, "BatchSize", q) and bool(a.expression)
+        ),
+        "retry rate": lambda a: _has(a, ns, "JobsRetried", q) and _has(a, ns, "BatchSize", q) and bool(a.expression),
+        "payload conflicts > 0": lambda a: (
+            _has(a, ns, "JobsConflict", q) and a.comparison == "GreaterThanThreshold" and a.threshold == 0
+        ),
+        "DLQ depth > 0": lambda a: (
+            _has(a, "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": d.dlq.name})
+            and a.comparison == "GreaterThanThreshold"
+            and a.threshold == 0
+        ),
+        "oldest message age": lambda a: _has(
+            a, "AWS/SQS", "ApproximateAgeOfOldestMessage", {"QueueName": d.source.name}
+        ),
+        "function errors": lambda a: _has(a, "AWS/Lambda", "Errors", fn),
+        "function throttles": lambda a: _has(a, "AWS/Lambda", "Throttles", fn),
+    }
+    problems = [f"no alarm on {what}" for what, ok in required.items() if not any(ok(a) for a in d.alarms)]
+    for a in d.alarms:
+        for m_ns, metric, _ in a.metrics:
+            if m_ns == ns and metric not in names:
+                problems.append(f"alarm {a.name} watches {ns}/{metric}, which src/metrics.rs never emits")
+        if topic is not None and a.actions != [topic]:
+            problems.append(f"alarm {a.name} notifies {a.actions}, not the topic {topic}")
+        if topic is None and a.actions:
+            problems.append(f"alarm {a.name} has actions {a.actions} although no topic was given")
+    # The dashboard shows the same series.
+    series: set[tuple[str, ...]] = set()
+    for w in (d.dashboard or {}).get("widgets", []):
+        for row in w.get("properties", {}).get("metrics", []):
+            plain = [x for x in row if isinstance(x, str)]
+            if len(plain) >= 4:
+                series.add(tuple(plain[:4]))
+    wanted = [
+        (ns, n, dim, d.source.name)
+        for n in (
+            "JobsSucceeded",
+            "JobsDuplicate",
+            "JobsRetried",
+            "JobsDeadLettered",
+            "JobsConflict",
+            "BatchSize",
+            "JobDuration",
+        )
+    ]
+    wanted += [
+        ("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", d.source.name),
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", d.dlq.name),
+        ("AWS/Lambda", "Errors", "FunctionName", d.function["name"]),
+        ("AWS/Lambda", "Throttles", "FunctionName", d.function["name"]),
+    ]
+    problems += [f"dashboard lacks {'/'.join(s[:2])} for {s[3]}" for s in wanted if s not in series]
+    problems += [
+        f"dashboard shows {s[0]}/{s[1]}, which src/metrics.rs never emits"
+        for s in series
+        if s[0] == ns and s[1] not in names
+    ]
+    return problems
