@@ -40,56 +40,11 @@ STACK_ENV=$STATE/stack.env
 # In /proc/PID/cmdline of the process `up` starts, so a reused pid is never signalled.
 MARK="lambda watch"
 
-say() { printf 'lambda: %s\n' "$*"; }
-die() { printf 'lambda: error: %s\n' "$*" >&2; exit 1; }
+SCRIPT_TAG=lambda
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=lib/venv.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/venv.sh"
 
-# ---------------------------------------------------------------------------
-# The tools venv (as scripts/stack.sh does it for its venvs)
-# ---------------------------------------------------------------------------
-
-# Any Python >= 3.9: cargo-lambda's wheel carries a native binary.
-find_python() {
-  local c
-  for c in ${IDEMQ_PYTHON:-} python3 python3.13 python3.12 python3.11; do
-    if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 9))' >/dev/null 2>&1; then
-      "$c" -c 'import sys; print(sys.executable)'
-      return 0
-    fi
-  done
-  die "no Python >= 3.9 found (python3 on PATH); set IDEMQ_PYTHON"
-}
-
-# (Re)creates the venv when it is missing or was built from a different
-# requirements file or interpreter. The stamp is written only after a
-# successful install, so an interrupted install is redone.
-ensure_venv() {
-  local py stamp want t0 log
-  py=$(find_python)
-  stamp=$VENV/.idemq-requirements.sha256
-  want="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1) $py"
-  if [[ -x $VENV/bin/cargo-lambda && -f $stamp && $(cat "$stamp") == "$want" ]]; then
-    return 0
-  fi
-  if [[ -d $VENV ]]; then
-    say "installing cargo-lambda (requirements changed)…"
-  else
-    say "installing cargo-lambda (first run)…"
-  fi
-  t0=$(now)
-  log=$LOGS/pip-venv-tools.log
-  rm -rf "$VENV"
-  "$py" -m venv "$VENV"
-  if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input \
-       -r "$REQUIREMENTS" >"$log" 2>&1; then
-    tail -n 30 "$log" >&2
-    die "installing cargo-lambda failed (full log: $log)"
-  fi
-  echo "$want" >"$stamp"
-  say "installed cargo-lambda in $(since "$t0") s"
-}
 
 # ---------------------------------------------------------------------------
 # The watch process
@@ -204,7 +159,7 @@ cmd_up() {
   fi
   # Running but not answering: restart rather than trust it.
   cmd_down >/dev/null
-  ensure_venv
+  ensure_venv "$VENV" "$REQUIREMENTS" "cargo-lambda"
   port_in_use && die "$HOST:$PORT is in use by a process lambda.sh did not start (IDEMQ_LAMBDA_PORT picks another)"
   write_env
   say "starting cargo lambda watch (example lambda_probe) on $HOST:$PORT…"

@@ -82,7 +82,9 @@ struct Workers {
 }
 
 impl Workers {
-    fn new(res: &InitReport, env: &[(&str, &str)], args: &[&str], dir: &std::path::Path) -> Self {
+    /// `n` workers with these extra variables and arguments, logging to a
+    /// scratch folder of their own.
+    fn start(res: &InitReport, env: &[(&str, &str)], args: &[&str], n: usize) -> Self {
         let mut all_env: Vec<(String, String)> = vec![
             ("IDEMQ_TABLE".into(), res.table_name.clone()),
             ("IDEMQ_BACKOFF_BASE".into(), "1s".into()),
@@ -90,15 +92,19 @@ impl Workers {
             ("IDEMQ_LOG".into(), "debug".into()),
         ];
         all_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        Self {
+        let mut w = Self {
             res: res.clone(),
             env: all_env,
             args: args.iter().map(|s| s.to_string()).collect(),
-            dir: dir.to_owned(),
+            dir: scratch(),
             children: Vec::new(),
             spawned: 0,
             restarts: 0,
+        };
+        for _ in 0..n {
+            w.spawn();
         }
+        w
     }
 
     fn spawn(&mut self) {
@@ -260,6 +266,23 @@ fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
+/// Sends `n` ok jobs `prefix-0…`; returns their ids.
+async fn send_ok(
+    sdk: &aws_config::SdkConfig,
+    res: &InitReport,
+    prefix: &str,
+    n: usize,
+) -> HashSet<String> {
+    let sent = ids(prefix, n);
+    send(
+        sdk,
+        &res.queue_url,
+        sent.iter().map(|id| probe_job(id, "ok")).collect(),
+    )
+    .await;
+    sent.into_iter().collect()
+}
+
 /// 1. Killed after commit, before the delete (a failpoint aborts each worker
 /// process once, on one of its batches at 50%, and the harness restarts
 /// it): every job applied once, none lost, none dead-lettered.
@@ -268,26 +291,16 @@ fn ids(prefix: &str, n: usize) -> Vec<String> {
 async fn s1_kill_after_commit_before_delete() {
     let sdk = sdk().await;
     let res = init_queue(&sdk, "chaos", false, 6, 4).await;
-    let sent = ids("s1", jobs(1000));
-    send(
-        &sdk,
-        &res.queue_url,
-        sent.iter().map(|id| probe_job(id, "ok")).collect(),
-    )
-    .await;
-    let dir = scratch();
-    let mut w = Workers::new(
+    let sent = send_ok(&sdk, &res, "s1", jobs(1000)).await;
+    let mut w = Workers::start(
         &res,
         &[("FAILPOINTS", "worker::before-delete=50%1*return")],
         &[],
-        &dir,
+        3,
     );
-    for _ in 0..3 {
-        w.spawn();
-    }
     w.run(Duration::from_secs(600), |_| {}).await;
     assert!(queue_empty(&sdk, &res.queue_url).await);
-    let report = check(&sdk, &res, &sent.iter().cloned().collect()).await;
+    let report = check(&sdk, &res, &sent).await;
     eprintln!(
         "s1: {report:?}, workers killed by the failpoint: {}",
         w.restarts
@@ -309,23 +322,13 @@ async fn s1_kill_after_commit_before_delete() {
 async fn s2_kill_mid_batch() {
     let sdk = sdk().await;
     let res = init_queue(&sdk, "chaos", false, 6, 4).await;
-    let sent = ids("s2", jobs(1000));
-    send(
-        &sdk,
-        &res.queue_url,
-        sent.iter().map(|id| probe_job(id, "ok")).collect(),
-    )
-    .await;
-    let dir = scratch();
-    let mut w = Workers::new(
+    let sent = send_ok(&sdk, &res, "s2", jobs(1000)).await;
+    let mut w = Workers::start(
         &res,
         &[("FAILPOINTS", "batch::before-job=1%return")],
         &[],
-        &dir,
+        3,
     );
-    for _ in 0..3 {
-        w.spawn();
-    }
     let mut next_kill = Instant::now() + Duration::from_millis(700);
     let mut kills = 0;
     w.run(Duration::from_secs(600), |children| {
@@ -339,7 +342,7 @@ async fn s2_kill_mid_batch() {
     })
     .await;
     assert!(queue_empty(&sdk, &res.queue_url).await);
-    let report = check(&sdk, &res, &sent.iter().cloned().collect()).await;
+    let report = check(&sdk, &res, &sent).await;
     eprintln!("s2: {report:?}, SIGKILLs {kills}, deaths {}", w.restarts);
     assert!(w.restarts > 0);
     assert_eq!(report, Report::default());
@@ -362,9 +365,7 @@ async fn s3_zombie_worker() {
         })
         .collect();
     send(&sdk, &res.queue_url, jobs).await;
-    let dir = scratch();
-    let mut zombie = Workers::new(&res, &[("IDEMQ_DEADLINE_MARGIN", "1ms")], &[], &dir);
-    zombie.spawn();
+    let mut zombie = Workers::start(&res, &[("IDEMQ_DEADLINE_MARGIN", "1ms")], &[], 1);
     // Stop it once it holds the batch.
     let peek = Peek::new(
         aws_sdk_sqs::Client::new(&sdk),
@@ -385,9 +386,7 @@ async fn s3_zombie_worker() {
             .unwrap()
             .success()
     );
-    let other_dir = scratch();
-    let mut other = Workers::new(&res, &[], &[], &other_dir);
-    other.spawn();
+    let mut other = Workers::start(&res, &[], &[], 1);
     other.run(Duration::from_secs(120), |_| {}).await;
     assert!(
         Command::new("kill")
@@ -422,11 +421,7 @@ async fn s4_each_job_sent_eight_times_four_workers() {
         .flat_map(|_| sent.iter().map(|id| probe_job(id, "ok")))
         .collect();
     send(&sdk, &res.queue_url, copies).await;
-    let dir = scratch();
-    let mut w = Workers::new(&res, &[], &[], &dir);
-    for _ in 0..4 {
-        w.spawn();
-    }
+    let mut w = Workers::start(&res, &[], &[], 4);
     w.run(Duration::from_secs(600), |_| {}).await;
     let report = check(&sdk, &res, &sent.iter().cloned().collect()).await;
     let (succeeded, duplicates) = w.totals();
@@ -516,30 +511,20 @@ impl Drop for Proxy {
 async fn s5_6_7_throttling_conflicts_outage_and_lost_responses() {
     let sdk = sdk().await;
     let res = init_queue(&sdk, "chaos", false, 10, 4).await;
-    let sent = ids("s5", jobs(600));
-    send(
-        &sdk,
-        &res.queue_url,
-        sent.iter().map(|id| probe_job(id, "ok")).collect(),
-    )
-    .await;
-    let dir = scratch();
-    let proxy = Proxy::start(&dir);
+    let sent = send_ok(&sdk, &res, "s5", jobs(600)).await;
+    let proxy = Proxy::start(&scratch());
     let faults = serde_json::json!({"throttle": 0.3, "conflict": 0.1, "drop_after_apply": 0.1});
     proxy.set(faults.clone());
     let url = proxy.url();
-    let mut w = Workers::new(
+    let mut w = Workers::start(
         &res,
         &[
             ("AWS_ENDPOINT_URL_DYNAMODB", &url),
             ("IDEMQ_BACKOFF_CAP", "4s"),
         ],
         &[],
-        &dir,
+        3,
     );
-    for _ in 0..3 {
-        w.spawn();
-    }
     let start = Instant::now();
     let (outage_at, outage_end) = (Duration::from_secs(3), Duration::from_secs(13));
     let mut phase = 0;
@@ -555,7 +540,7 @@ async fn s5_6_7_throttling_conflicts_outage_and_lost_responses() {
     })
     .await;
     let stats = proxy.stats();
-    let report = check(&sdk, &res, &sent.iter().cloned().collect()).await;
+    let report = check(&sdk, &res, &sent).await;
     let (succeeded, duplicates) = w.totals();
     eprintln!(
         "s5-7: {report:?}; proxy {stats}; succeeded {succeeded}, duplicates {duplicates}; worker deaths {}",
@@ -579,9 +564,7 @@ async fn s8_same_id_different_payload_is_a_conflict() {
     let sdk = sdk().await;
     let res = init_queue(&sdk, "chaos", false, 6, 4).await;
     send(&sdk, &res.queue_url, vec![probe_job("c-1", "ok")]).await;
-    let dir = scratch();
-    let mut first = Workers::new(&res, &[], &["--emf"], &dir);
-    first.spawn();
+    let mut first = Workers::start(&res, &[], &["--emf"], 1);
     first.run(Duration::from_secs(120), |_| {}).await;
     let other = Job::new(
         "c-1",
@@ -589,9 +572,7 @@ async fn s8_same_id_different_payload_is_a_conflict() {
     )
     .unwrap();
     send(&sdk, &res.queue_url, vec![other]).await;
-    let dir2 = scratch();
-    let mut second = Workers::new(&res, &[], &["--emf"], &dir2);
-    second.spawn();
+    let mut second = Workers::start(&res, &[], &["--emf"], 1);
     second.run(Duration::from_secs(120), |_| {}).await;
 
     let logs = second.logs();
@@ -683,9 +664,7 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
             .unwrap();
     }
     send(&sdk, &res.queue_url, jobs).await;
-    let dir = scratch();
-    let mut w = Workers::new(&res, &[], &[], &dir);
-    w.spawn();
+    let mut w = Workers::start(&res, &[], &[], 1);
     w.run(Duration::from_secs(300), |_| {}).await;
     assert_eq!(w.restarts, 0, "no panic, no crash");
 
