@@ -31,6 +31,7 @@ test:
 
 test-chaos:
 	@CHAOS_JOBS=1000 scripts/chaos.sh
+	@FUZZ_SECONDS=60 scripts/fuzz.sh
 
 lint-infra:
 	@scripts/infra_test.sh
