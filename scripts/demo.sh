@@ -32,4 +32,10 @@ IDEMQ_TABLE="$run" IDEMQ_BACKOFF_BASE=1s IDEMQ_BACKOFF_CAP=2s IDEMQ_LOG=error LE
 echo "== what happened"
 target/debug/examples/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
 echo
+echo "== the operator's view: idemq dlq stats"
+target/debug/idemq dlq stats --dlq-url "$dlq_url" --table "$run"
+echo
+echo "Once the outage is over, replay the dead letters safely:"
+echo "  set -a; . .state/stack.env; set +a"
+echo "  target/debug/idemq dlq redrive --dlq-url $dlq_url --table $run --error-contains outage"
 echo "The stack is still running: 'make stack-down' stops it."
