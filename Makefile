@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test test-chaos lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench
+.PHONY: help demo test test-chaos lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -21,7 +21,9 @@ help:
 	@echo "make bench-worker  idemq's worker against a plain consumer, same run"
 	@echo "make bench-producer  Producer::send_batch against one SendMessage per job"
 	@echo "make bench-redrive   idemq dlq redrive against SQS's StartMessageMoveTask"
-	@echo "make bench          all three"
+	@echo "make bench-peers   idemq vs a plain consumer vs Powertools: requests, throughput, latency, cold start, cost (~7 min; writes BENCHMARKS.md)"
+	@echo "make bench-quick   the same on a small grid (~1 min; bench/out/ only)"
+	@echo "make bench         the peer benchmark and the three above"
 
 demo:
 	@scripts/demo.sh
@@ -70,4 +72,10 @@ bench-redrive: stack-up
 	cargo build --locked --example bench_redrive
 	$(WITH_STACK) target/debug/examples/bench_redrive 2000
 
-bench: bench-worker bench-producer bench-redrive
+bench-peers:
+	@scripts/bench.sh
+
+bench-quick:
+	@scripts/bench.sh --quick
+
+bench: bench-peers bench-worker bench-producer bench-redrive
