@@ -136,7 +136,7 @@ write_env() {
     echo "# (also read by tests/lambda_local.rs). Regenerated on every start."
     grep -E '^AWS_[A-Z_]+=' "$STACK_ENV"
     echo "IDEMQ_TABLE=idemq-lambda-probe"
-    echo "IDEMQ_LOG=${IDEMQ_LOG:-info}"
+    echo "IDEMQ_LOG=${IDEMQ_LOG:-debug}"
     # tests/fixtures/sqs_deadline.json is timed for these three: 3 jobs at
     # once, none started within 6 s of a deadline 12 s after the event.
     echo "IDEMQ_CONCURRENCY=3"

@@ -191,6 +191,9 @@ async fn queue(sdk: &aws_config::SdkConfig, probe: &Probe, prefix: &str, fifo: b
     }
 }
 
+/// A secret in every payload, which no log line may contain.
+const CANARY: &str = "CANARY-d0c8e2a1f4b7";
+
 /// A fixture as the event for `queue`, with this run's job ids (`<run>-<id>`
 /// in the `idemq-job-id` attribute and in the body's `id`), so reruns on the
 /// same table do not meet each other's markers. `md5OfBody` is left as it
@@ -202,9 +205,14 @@ fn event(fixture: &str, queue: &Queue, run: &str) -> Value {
         let id = &mut r["messageAttributes"]["idemq-job-id"]["stringValue"];
         *id = format!("{run}-{}", id.as_str().expect("job id")).into();
         let body = r["body"].as_str().expect("body").to_owned();
-        if let Ok(mut job) = serde_json::from_str::<Value>(&body) {
-            job["id"] = format!("{run}-{}", job["id"].as_str().expect("body id")).into();
-            r["body"] = job.to_string().into();
+        match serde_json::from_str::<Value>(&body) {
+            Ok(mut job) => {
+                job["id"] = format!("{run}-{}", job["id"].as_str().expect("body id")).into();
+                // Payloads never reach a log line: see the canary checks.
+                job["canary"] = CANARY.into();
+                r["body"] = job.to_string().into();
+            }
+            Err(_) => r["body"] = format!("{body} {CANARY}").into(),
         }
     }
     event
@@ -391,6 +399,10 @@ async fn standard_batch_reports_only_the_transient_job() {
         .await,
         "no log of the failed ChangeMessageVisibility for {}",
         ids["mixed-transient"]
+    );
+    assert!(
+        !probe.log().contains(CANARY),
+        "a payload reached the function's logs"
     );
 
     let dl = dead_letters(&sdk, &probe);
