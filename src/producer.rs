@@ -422,6 +422,10 @@ impl Producer {
                         }),
                     ));
                 } else {
+                    // Retried alone: on a FIFO queue it then lands after
+                    // the later messages of its group that did go through.
+                    // Rare (SQS-side faults), and the alternative, holding
+                    // back the rest of the group, cannot undo what was sent.
                     last_error = format!("{}: {message}", f.code());
                     retry.push(i);
                 }
