@@ -48,8 +48,30 @@ impl TableLayout {
     /// `IDEMQ_TABLE` (required) and the optional `IDEMQ_ATTR_PK`,
     /// `IDEMQ_ATTR_EXPIRES_AT`, `IDEMQ_KEY_PREFIX` overrides.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::from_env_with_table(None)
     }
+
+    /// The one way every idemq program (consumer, `idemq init`, every
+    /// `idemq dlq` command) builds its layout: the table from `table` when
+    /// given (a `--table` flag), else `IDEMQ_TABLE`; the attribute names and
+    /// key prefix from the same `IDEMQ_ATTR_*` / `IDEMQ_KEY_PREFIX`
+    /// variables as the consumer, so all of them read and write the same
+    /// keys.
+    pub fn from_env_with_table(table: Option<String>) -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| match (k, &table) {
+            ("IDEMQ_TABLE", Some(t)) => Some(t.clone()),
+            _ => std::env::var(k).ok(),
+        })
+    }
+
+    /// The variables that set the layout, for a program that prints which
+    /// layout it used.
+    pub const ENV_VARS: [&'static str; 4] = [
+        "IDEMQ_TABLE",
+        "IDEMQ_ATTR_PK",
+        "IDEMQ_ATTR_EXPIRES_AT",
+        "IDEMQ_KEY_PREFIX",
+    ];
 
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let table = get("IDEMQ_TABLE")

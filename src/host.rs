@@ -70,10 +70,7 @@ impl<H: Handler> Host<H> {
         batch: BatchConfig,
     ) -> Result<Self, HostError> {
         let behaviour = IdempotencyConfig::from_env()?;
-        let layout = TableLayout::from_lookup(|k| match (k, &table) {
-            ("IDEMQ_TABLE", Some(t)) => Some(t.clone()),
-            _ => std::env::var(k).ok(),
-        })?;
+        let layout = TableLayout::from_env_with_table(table)?;
         let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
