@@ -11,6 +11,9 @@ use sha2::{Digest, Sha256};
 
 /// Name of the SQS message attribute that carries the job id.
 pub const JOB_ID_ATTRIBUTE: &str = "idemq-job-id";
+/// Every message attribute idemq reads or writes starts with this; a copy
+/// idemq sends again drops them and sets its own.
+pub const IDEMQ_ATTRIBUTE_PREFIX: &str = "idemq-";
 
 /// Longest job id accepted, in bytes. The marker key and every derived
 /// idempotency key must stay well inside DynamoDB's 2 KB partition key.

@@ -17,7 +17,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::backoff::Backoff;
-use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
+use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
 
 /// SQS's default and largest message size (1 MiB since August 2025).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
@@ -87,24 +87,30 @@ impl Job {
         }
     }
 
-    /// A message to send again exactly as it was received (a redrive or an
-    /// import): its attributes as they are, `idemq-job-id` not added when
-    /// it had none, its FIFO group and deduplication id kept. `id` only
-    /// names the job in errors.
+    /// A message to send again as it was received (a redrive or an
+    /// import): its body, FIFO group and deduplication id kept, and its
+    /// producer's attributes kept as they are. Every `idemq-*` attribute it
+    /// carried (a stale job id, the context of an earlier death) is dropped
+    /// and `idemq-job-id` is set to `id`, which must be the id the consumer
+    /// resolved for it: SQS gives a message moved back from a DLQ a new
+    /// MessageId, so a job identified only by its MessageId would otherwise
+    /// be a new job after the replay
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
     pub fn as_received(
         id: impl Into<String>,
         body: impl Into<String>,
-        attributes: HashMap<String, MessageAttributeValue>,
+        mut attributes: HashMap<String, MessageAttributeValue>,
         group_id: Option<String>,
         deduplication_id: Option<String>,
     ) -> Self {
+        attributes.retain(|name, _| !name.starts_with(IDEMQ_ATTRIBUTE_PREFIX));
         Self {
             id: id.into(),
             body: body.into(),
             group_id,
             deduplication_id,
             attributes,
-            set_id_attribute: false,
+            set_id_attribute: true,
         }
     }
 
