@@ -16,6 +16,17 @@ echo "== lint (fmt, clippy)"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 
+echo "== package contents (only what builds the crate ships)"
+# The include list in Cargo.toml is the contract; anything else in the
+# package (scripts, infra, fixtures, charts) is a mistake.
+listed=$(cargo package --list --allow-dirty --locked)
+grep -qx 'src/lib.rs' <<<"$listed" || { echo "the package lacks src/lib.rs" >&2; exit 1; }
+unexpected=$(grep -vxE 'src/.*\.rs|Cargo\.(toml|toml\.orig|lock)|README\.md|CHANGELOG\.md|LICENSE-(MIT|APACHE)|\.cargo_vcs_info\.json' <<<"$listed" || true)
+if [ -n "$unexpected" ]; then
+    printf 'unexpected files in the package:\n%s\n' "$unexpected" >&2
+    exit 1
+fi
+
 echo "== local AWS stack"
 if ! scripts/stack.sh status >/dev/null 2>&1; then started_here=1; fi
 scripts/stack.sh up
