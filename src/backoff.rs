@@ -207,6 +207,213 @@ pub fn visibility_timeout(delay: Duration, in_flight_so_far: Duration) -> Durati
     Duration::from_secs(delay.min(room).as_secs())
 }
 
+/// Room kept below a queue's retention when idemq decides whether a retry
+/// can still happen: the time from a message turning visible to its next
+/// receive (Lambda's event source mapping may batch for up to 5 minutes,
+/// <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html>)
+/// and the skew between SQS's clock (`SentTimestamp`) and this host's.
+pub const RETENTION_SAFETY_MARGIN: Duration = Duration::from_secs(5 * 60);
+
+/// Whole seconds, for messages: sub-second parts of an age only add noise.
+fn secs(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
+}
+
+/// A retry whose next attempt could come after SQS has deleted the message.
+///
+/// SQS deletes a message once it is older than the queue's
+/// `MessageRetentionPeriod`, in flight or not, and never dead-letters it
+/// then ("If you leave a message in the queue for longer than the queue's
+/// configured retention period, Amazon SQS automatically deletes the
+/// message",
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html>).
+/// Its age counts from its enqueue time in *this* queue: a message moved
+/// back from a DLQ by a redrive task is a new message with a new enqueue
+/// time and full retention, and so is one that `idemq dlq redrive` sends
+/// again
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "retrying would outlive the queue's retention: the message is {age} old ({age_s} s) and its \
+     next attempt could come {delay} ({delay_s} s) from now, past the queue's retention of \
+     {retention} ({retention_s} s) less a safety margin of {margin} ({margin_s} s); SQS would \
+     delete it unprocessed and never dead-letter it, so idemq dead-letters it now",
+    age = secs(*age),
+    age_s = age.as_secs(),
+    delay = secs(*delay),
+    delay_s = delay.as_secs(),
+    retention = secs(*retention),
+    retention_s = retention.as_secs(),
+    margin = secs(*margin),
+    margin_s = margin.as_secs(),
+)]
+pub struct OutlivesRetention {
+    /// Time since the message was sent to the queue (`SentTimestamp`).
+    pub age: Duration,
+    /// The longest the retry could wait before its next attempt.
+    pub delay: Duration,
+    /// The queue's `MessageRetentionPeriod`.
+    pub retention: Duration,
+    pub margin: Duration,
+}
+
+/// Checks that a retry's next attempt comes while SQS still keeps the
+/// message: `age + delay <= retention - margin`.
+///
+/// `delay` is the longest the retry can wait (the backoff's ceiling, or the
+/// handler's retry-after, after [`visibility_timeout`]'s clamp); `margin`
+/// covers what happens between the message turning visible and its next
+/// attempt being over, e.g. [`RETENTION_SAFETY_MARGIN`] plus the queue's
+/// visibility timeout.
+///
+/// ```
+/// use std::time::Duration;
+/// use idemq::backoff::check_retry_within_retention;
+///
+/// let h = |n: u64| Duration::from_secs(n * 3600);
+/// // Retention 4 days, margin 1 h: a 2-day-old message can wait 12 h ...
+/// assert!(check_retry_within_retention(h(48), h(12), h(96), h(1)).is_ok());
+/// // ... a 3.5-day-old one cannot.
+/// let late = check_retry_within_retention(h(84), h(12), h(96), h(1)).unwrap_err();
+/// assert!(late.to_string().contains("302400 s"), "{late}"); // its age
+/// ```
+pub fn check_retry_within_retention(
+    age: Duration,
+    delay: Duration,
+    retention: Duration,
+    margin: Duration,
+) -> Result<(), OutlivesRetention> {
+    // Added rather than subtracted: a margin over the retention never
+    // underflows, it just refuses every retry.
+    if age.saturating_add(delay).saturating_add(margin) > retention {
+        return Err(OutlivesRetention {
+            age,
+            delay,
+            retention,
+            margin,
+        });
+    }
+    Ok(())
+}
+
+/// The longest a failing message can spend on the source queue before
+/// SQS's redrive moves it to the DLQ, if every receive fails and each
+/// happens as soon as the message is visible:
+///
+/// `Σ_{n=1..maxReceiveCount} min(visibility_timeout + ceiling(n), 12 h)`
+///
+/// Receive `n` keeps the message in flight for at most the visibility
+/// timeout while the job runs (a longer run makes it visible anyway, and
+/// Lambda's function timeout must not exceed it) and then for the retry's
+/// backoff, at most [`Backoff::ceiling`]`(n)`, the whole clamped to SQS's 12
+/// hours in flight. The last receive's delay counts too: SQS moves the
+/// message to the DLQ on the receive *after* the maxReceiveCount-th.
+/// Not counted: time spent waiting in a backlog, a handler's retry-after
+/// above the cap, and a queue's delivery delay.
+///
+/// ```
+/// use std::time::Duration;
+/// use idemq::backoff::{Backoff, worst_case_time_to_redrive};
+///
+/// // SQS's default maxReceiveCount 6, 30 s visibility, idemq's default
+/// // backoff: 6 × 30 s + (2 + 4 + 8 + 16 + 32 + 64) s.
+/// let t = worst_case_time_to_redrive(&Backoff::DEFAULT, 6, Duration::from_secs(30));
+/// assert_eq!(t, Duration::from_secs(180 + 126));
+/// ```
+pub fn worst_case_time_to_redrive(
+    backoff: &Backoff,
+    max_receive_count: u32,
+    visibility_timeout: Duration,
+) -> Duration {
+    let per_receive = |n: u32| {
+        visibility_timeout
+            .saturating_add(backoff.ceiling(n))
+            .min(MAX_IN_FLIGHT)
+    };
+    let mut total = Duration::ZERO;
+    for n in 1..=max_receive_count {
+        let this = per_receive(n);
+        if backoff.ceiling(n) == backoff.ceiling(n.saturating_add(1)) {
+            // The ceiling stopped growing (at the cap, or a zero base): every
+            // later receive costs the same, so multiply instead of looping up
+            // to u32::MAX times.
+            let rest = max_receive_count - n + 1;
+            return total.saturating_add(this.saturating_mul(rest));
+        }
+        total = total.saturating_add(this);
+    }
+    total
+}
+
+/// A queue whose retention cannot hold every retry its redrive policy
+/// allows: a job failing for that long would be deleted by SQS instead of
+/// reaching the DLQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "maxReceiveCount {max_receive_count} receives, each up to the visibility timeout {visibility} \
+     plus a backoff of up to min({cap}, {base} * 2^(n-1)) (12 h at most in flight), add up to \
+     {worst} ({worst_s} s) before SQS's redrive moves a failing message to the DLQ: more than the \
+     queue's retention of {retention} ({retention_s} s) less a safety margin of {margin}, and SQS \
+     deletes a message when its retention runs out, in flight or not, without dead-lettering it. \
+     idemq dead-letters a message itself when its next retry could come too late, but that job \
+     gets fewer attempts than maxReceiveCount; lower maxReceiveCount or IDEMQ_BACKOFF_CAP, or \
+     raise the queue's MessageRetentionPeriod",
+    visibility = secs(*visibility_timeout),
+    cap = humantime::format_duration(*cap),
+    base = humantime::format_duration(*base),
+    worst = secs(*worst_case),
+    worst_s = worst_case.as_secs(),
+    retention = secs(*retention),
+    retention_s = retention.as_secs(),
+    margin = secs(*margin),
+)]
+pub struct RetriesOutliveRetention {
+    pub max_receive_count: u32,
+    pub visibility_timeout: Duration,
+    pub base: Duration,
+    pub cap: Duration,
+    /// [`worst_case_time_to_redrive`].
+    pub worst_case: Duration,
+    pub retention: Duration,
+    pub margin: Duration,
+}
+
+/// Checks that [`worst_case_time_to_redrive`] plus
+/// [`RETENTION_SAFETY_MARGIN`] fits in the queue's retention, and returns
+/// the worst case when it does. Run at start-up and by `idemq init`.
+///
+/// ```
+/// use std::time::Duration;
+/// use idemq::backoff::{Backoff, check_retries_fit_retention};
+///
+/// let day = Duration::from_secs(24 * 3600);
+/// let v = Duration::from_secs(30);
+/// assert!(check_retries_fit_retention(&Backoff::DEFAULT, 6, v, 4 * day).is_ok());
+/// // 1000 receives of up to 15 min 30 s each: about 10.8 days.
+/// let err = check_retries_fit_retention(&Backoff::DEFAULT, 1000, v, 4 * day).unwrap_err();
+/// assert!(err.worst_case > 10 * day);
+/// ```
+pub fn check_retries_fit_retention(
+    backoff: &Backoff,
+    max_receive_count: u32,
+    visibility_timeout: Duration,
+    retention: Duration,
+) -> Result<Duration, RetriesOutliveRetention> {
+    let worst_case = worst_case_time_to_redrive(backoff, max_receive_count, visibility_timeout);
+    if worst_case.saturating_add(RETENTION_SAFETY_MARGIN) > retention {
+        return Err(RetriesOutliveRetention {
+            max_receive_count,
+            visibility_timeout,
+            base: backoff.base(),
+            cap: backoff.cap(),
+            worst_case,
+            retention,
+            margin: RETENTION_SAFETY_MARGIN,
+        });
+    }
+    Ok(worst_case)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +624,169 @@ mod tests {
             visibility_timeout(Duration::MAX, Duration::MAX),
             Duration::ZERO
         );
+    }
+
+    const DAY: Duration = secs(24 * 3600);
+
+    #[test]
+    fn retry_within_retention_table() {
+        let h = |n: u64| secs(n * 3600);
+        let m = |n: u64| secs(n * 60);
+        // (age, longest delay, retention, margin, retry allowed)
+        let table = [
+            (secs(0), secs(0), secs(60), secs(0), true),
+            (secs(0), secs(2), 4 * DAY, m(5) + secs(30), true),
+            // Old but the delay is short: still fits.
+            (4 * DAY - h(1), m(15), 4 * DAY, m(5) + secs(30), true),
+            // Old and the delay reaches past retention less the margin.
+            (4 * DAY - h(1), h(1), 4 * DAY, m(5), false),
+            (4 * DAY - m(10), m(15), 4 * DAY, m(5), false),
+            // Young, but the handler asked for 12 h on a 1-day queue at 13 h.
+            (h(13), h(12), DAY, m(5), false),
+            (h(11), h(12), DAY, m(5), true),
+            // Exactly at the limit is allowed; a nanosecond past is not.
+            (h(20), h(3) + m(55), DAY, m(5), true),
+            (
+                h(20),
+                h(3) + m(55) + Duration::from_nanos(1),
+                DAY,
+                m(5),
+                false,
+            ),
+            // A margin over the whole retention refuses every retry.
+            (secs(0), secs(0), secs(60), m(5), false),
+            // Saturates instead of overflowing.
+            (Duration::MAX, Duration::MAX, DAY, Duration::MAX, false),
+        ];
+        for (age, delay, retention, margin, ok) in table {
+            let got = check_retry_within_retention(age, delay, retention, margin);
+            assert_eq!(
+                got.is_ok(),
+                ok,
+                "age {age:?} delay {delay:?} retention {retention:?} margin {margin:?}"
+            );
+            if let Err(e) = got {
+                assert_eq!(
+                    e,
+                    OutlivesRetention {
+                        age,
+                        delay,
+                        retention,
+                        margin
+                    }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn outlives_retention_names_the_numbers() {
+        let e = check_retry_within_retention(
+            4 * DAY - secs(600) + ms(400),
+            secs(900),
+            4 * DAY,
+            secs(330),
+        )
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "3days 23h 50m old (345000 s)",
+            "15m (900 s) from now",
+            "retention of 4days (345600 s)",
+            "safety margin of 5m 30s (330 s)",
+            "dead-letters it now",
+        ] {
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
+    }
+
+    #[test]
+    fn worst_case_time_to_redrive_table() {
+        let v = secs(30);
+        let d = Backoff::DEFAULT;
+        // (policy, maxReceiveCount, visibility, want)
+        let table = [
+            (d, 0, v, secs(0)),
+            (d, 1, v, secs(30 + 2)),
+            (d, 6, v, secs(6 * 30 + 126)),
+            // Ceilings 2..512 s, then 900 s (1024 s capped).
+            (d, 10, v, secs(10 * 30 + 1022 + 900)),
+            (d, 1000, v, secs(1000 * 30 + 1022 + 991 * 900)),
+            (d, 6, secs(0), secs(126)),
+            // Each receive is clamped to 12 h in flight.
+            (
+                Backoff::new().with_base(secs(3600)).with_cap(secs(3600)),
+                3,
+                secs(12 * 3600),
+                secs(3 * 12 * 3600),
+            ),
+            (
+                Backoff::new().with_base(secs(3600)).with_cap(MAX_IN_FLIGHT),
+                3,
+                secs(11 * 3600),
+                secs(12 * 3600 + 12 * 3600 + 12 * 3600),
+            ),
+        ];
+        for (b, count, vis, want) in table {
+            assert_eq!(
+                worst_case_time_to_redrive(&b, count, vis),
+                want,
+                "{b:?} x {count}, visibility {vis:?}"
+            );
+        }
+        // Huge counts and a zero base finish at once and saturate.
+        let t = worst_case_time_to_redrive(&d, u32::MAX, v);
+        assert_eq!(t, secs(1022 + 930 * (u64::from(u32::MAX) - 9) + 30 * 9));
+        let zero = Backoff::new().with_base(Duration::ZERO);
+        assert_eq!(worst_case_time_to_redrive(&zero, u32::MAX, v), v * u32::MAX);
+    }
+
+    #[test]
+    fn retries_fit_retention_table() {
+        let v = secs(30);
+        let d = Backoff::DEFAULT;
+        // (maxReceiveCount, visibility, retention, fits)
+        let table = [
+            (6, v, 4 * DAY, true),
+            (6, v, secs(60), false), // 306 s + 5 min margin > 60 s
+            (6, v, secs(306 + 300), true),
+            (6, v, secs(306 + 299), false),
+            (100, v, 4 * DAY, true),   // ~1.1 days
+            (1000, v, 4 * DAY, false), // ~10.7 days
+            (1000, v, 14 * DAY, true),
+            (400, v, DAY, false),
+        ];
+        for (count, vis, retention, fits) in table {
+            let got = check_retries_fit_retention(&d, count, vis, retention);
+            assert_eq!(
+                got.is_ok(),
+                fits,
+                "{count} x {vis:?} in {retention:?}: {got:?}"
+            );
+            let worst = worst_case_time_to_redrive(&d, count, vis);
+            match got {
+                Ok(w) => assert_eq!(w, worst),
+                Err(e) => {
+                    assert_eq!(e.worst_case, worst);
+                    assert_eq!(e.retention, retention);
+                    assert_eq!(e.margin, RETENTION_SAFETY_MARGIN);
+                }
+            }
+        }
+        let e = check_retries_fit_retention(&d, 1000, v, 4 * DAY)
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "maxReceiveCount 1000",
+            "visibility timeout 30s",
+            "min(15m, 2s * 2^(n-1))",
+            "(922922 s)",
+            "retention of 4days (345600 s)",
+            "safety margin of 5m",
+            "lower maxReceiveCount or IDEMQ_BACKOFF_CAP",
+        ] {
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
     }
 
     /// A valid policy: base 1 ms..10 min, cap base..12 h.

@@ -8,25 +8,41 @@
 //! - permanent failures are sent to the DLQ with context and acknowledged;
 //! - the rest stay on the queue: their visibility is set with jittered
 //!   backoff through `ChangeMessageVisibilityBatch`, and their message ids
-//!   are returned, exactly once each, as the partial batch response.
+//!   are returned, exactly once each, as the partial batch response;
+//! - a retry whose next attempt could come after the queue's retention has
+//!   run out is dead-lettered now instead (SQS would delete it unprocessed).
+//!
+//! Everything after the handlers runs on a time [`Budget`]: if Lambda's
+//! function timeout passes before the response is returned, the *whole*
+//! batch fails and comes back, whatever the handler decided ("If your
+//! function throws an exception, the entire batch is considered a complete
+//! failure",
+//! <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>):
+//! messages already dead-lettered would be dead-lettered again, and untried
+//! ones would climb to maxReceiveCount. So every call is bounded, optional
+//! work (failure records) stops before required work (DLQ sends), and the
+//! response is always ready before the deadline.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use futures_util::{FutureExt, StreamExt, stream};
 use tracing::Instrument;
 
-use crate::backoff::{Backoff, visibility_timeout};
-use crate::classify::{Attempt, Verdict, classify};
+use crate::backoff::{
+    Backoff, RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout,
+};
+use crate::classify::{Attempt, Failure, Verdict, classify};
 use crate::commit::{Committer, JobRef};
 use crate::dlq::{DeadLetter, DeadLetters, FailureRecord};
 use crate::handler::{Handler, JobMeta};
-use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, PayloadHash};
+use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
-use crate::queue::QueueInfo;
+use crate::queue::{CALL_TIMEOUT, QueueInfo};
 
 /// One received SQS message, whichever host received it.
 #[derive(Debug, Clone)]
@@ -41,6 +57,9 @@ pub struct Message {
     /// When the receive that issued `receipt_handle` happened, for SQS's
     /// 12-hour limit on time in flight.
     pub received_at: Instant,
+    /// When the message was sent to this queue (`SentTimestamp`), from which
+    /// SQS counts its retention; `None` if SQS did not say.
+    pub sent_at: Option<SystemTime>,
 }
 
 impl Message {
@@ -63,12 +82,28 @@ impl Message {
                 .unwrap_or(1),
             group_id: sys(MessageSystemAttributeName::MessageGroupId),
             received_at,
+            sent_at: sys(MessageSystemAttributeName::SentTimestamp)
+                .as_deref()
+                .and_then(epoch_ms),
         })
     }
 
     fn job_id_attribute(&self) -> Option<&str> {
         self.attributes.get(JOB_ID_ATTRIBUTE)?.string_value()
     }
+
+    /// How long the message has been on this queue at `now`; zero if its
+    /// `SentTimestamp` is ahead of this host's clock.
+    pub fn age(&self, now: SystemTime) -> Option<Duration> {
+        self.sent_at
+            .map(|sent| now.duration_since(sent).unwrap_or_default())
+    }
+}
+
+/// An SQS timestamp attribute (`SentTimestamp`: epoch milliseconds).
+pub fn epoch_ms(value: &str) -> Option<SystemTime> {
+    let ms: u64 = value.parse().ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
 /// Batch behaviour.
@@ -76,10 +111,58 @@ impl Message {
 pub struct BatchConfig {
     /// Jobs (or FIFO groups) run at once.
     pub concurrency: usize,
-    /// No job starts when less than this is left before the deadline, and
-    /// a running job is abandoned (reported failed) at half of it.
+    /// No job starts when less than this is left before the deadline, a
+    /// running job is abandoned (reported failed) at half of it, and the
+    /// work after the handlers is over at an eighth of it: see [`Budget`].
     pub deadline_margin: Duration,
     pub backoff: Backoff,
+}
+
+/// When each stage of a batch must be over, from the batch's deadline and
+/// its [`BatchConfig::deadline_margin`] `m` (2 s by default):
+///
+/// | instant | what stops |
+/// |---|---|
+/// | deadline − m | no job starts ("not attempted", handed back at once) |
+/// | deadline − m/2 | a running job is abandoned and retried |
+/// | deadline − 3m/8 | optional work: a failure record still unwritten is dropped |
+/// | deadline − m/4 | required work: a DLQ send still unfinished is given up, and its message stays on the queue (reported failed) |
+/// | deadline − m/8 | visibility changes still unfinished are given up (SQS makes those messages visible when their current timeout ends); [`Processor::process`] returns |
+///
+/// The last m/8 (250 ms by default) is left for the host to answer
+/// (Lambda's runtime API is a local HTTP call). Every call after the
+/// handlers is also bounded by [`CALL_TIMEOUT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub start_by: Instant,
+    pub abandon_at: Instant,
+    pub optional_by: Instant,
+    pub required_by: Instant,
+    pub respond_by: Instant,
+}
+
+impl Budget {
+    pub fn new(deadline: Instant, margin: Duration) -> Self {
+        let before = |d: Duration| deadline.checked_sub(d).unwrap_or(deadline);
+        Self {
+            start_by: before(margin),
+            abandon_at: before(margin / 2),
+            optional_by: before(margin * 3 / 8),
+            required_by: before(margin / 4),
+            respond_by: before(margin / 8),
+        }
+    }
+}
+
+/// `fut`'s output, or `None` when it has not finished by `by` or within
+/// [`CALL_TIMEOUT`]; then it is dropped (never started if `by` has passed).
+async fn bounded<F: Future>(by: Instant, fut: F) -> Option<F::Output> {
+    let now = Instant::now();
+    let until = by.min(now + CALL_TIMEOUT);
+    if until <= now {
+        return None;
+    }
+    tokio::time::timeout_at(until.into(), fut).await.ok()
 }
 
 impl Default for BatchConfig {
@@ -143,8 +226,9 @@ impl<H: Handler> Processor<H> {
         messages: &[Message],
         deadline: Instant,
     ) -> BatchReport {
+        let budget = Budget::new(deadline, self.config.deadline_margin);
         let verdicts = schedule(messages, deadline, &self.config, |msg| {
-            self.run_one(queue, msg, deadline)
+            self.run_one(queue, msg, deadline, &budget)
         })
         .await;
         let mut report = BatchReport {
@@ -207,16 +291,42 @@ impl<H: Handler> Processor<H> {
         fail::fail_point!("batch::before-visibility", |_| -> BatchReport {
             std::process::abort()
         });
-        crate::queue::change_visibility(&self.sqs, &queue.url, &entries).await;
+        // Parallel calls, none past the budget: one not made only means SQS
+        // makes the message visible when its current timeout ends.
+        let unchanged =
+            crate::queue::change_visibility_by(&self.sqs, &queue.url, &entries, budget.respond_by)
+                .await;
+        if unchanged > 0 {
+            tracing::warn!(
+                messages = unchanged,
+                "visibility not changed before the deadline: SQS makes these messages visible \
+                 again when the queue's visibility timeout ({}s) ends",
+                queue.visibility_timeout.as_secs()
+            );
+        }
         report
+    }
+
+    /// The batch settings this processor runs with.
+    pub fn config(&self) -> &BatchConfig {
+        &self.config
     }
 
     /// One job: identify, decode, handle (panics caught), commit, and for a
     /// failure record it and, if permanent, dead-letter it.
-    async fn run_one(&self, queue: &QueueInfo, msg: &Message, deadline: Instant) -> Verdict {
+    async fn run_one(
+        &self,
+        queue: &QueueInfo,
+        msg: &Message,
+        deadline: Instant,
+        budget: &Budget,
+    ) -> Verdict {
         let resolved = self
             .resolver
             .resolve(msg.job_id_attribute(), &msg.body, &msg.message_id);
+        if matches!(resolved, Ok((_, JobIdSource::MessageId))) {
+            crate::job::warn_message_id_identity();
+        }
         // No payload in logs: ids, attempt and size only.
         let span = tracing::info_span!(
             "job",
@@ -225,7 +335,7 @@ impl<H: Handler> Processor<H> {
             attempt = msg.receive_count,
             payload_bytes = msg.body.len(),
         );
-        self.run_resolved(queue, msg, deadline, resolved)
+        self.run_resolved(queue, msg, deadline, budget, resolved)
             .instrument(span)
             .await
     }
@@ -235,6 +345,7 @@ impl<H: Handler> Processor<H> {
         queue: &QueueInfo,
         msg: &Message,
         deadline: Instant,
+        budget: &Budget,
         resolved: Result<(crate::job::JobId, crate::job::JobIdSource), crate::job::InvalidJobId>,
     ) -> Verdict {
         let hash = PayloadHash::of(msg.body.as_bytes());
@@ -264,11 +375,8 @@ impl<H: Handler> Processor<H> {
                         };
                         Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
                     };
-                    let abandon_at = deadline
-                        .checked_sub(self.config.deadline_margin / 2)
-                        .unwrap_or(deadline);
                     let guarded = AssertUnwindSafe(work).catch_unwind();
-                    match tokio::time::timeout_at(abandon_at.into(), guarded).await {
+                    match tokio::time::timeout_at(budget.abandon_at.into(), guarded).await {
                         Err(_) => Attempt::TimedOut,
                         Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
                         Ok(Ok(Err(attempt))) => attempt,
@@ -277,7 +385,7 @@ impl<H: Handler> Processor<H> {
                 }
             },
         };
-        let verdict = classify(attempt);
+        let verdict = self.within_retention(queue, msg, classify(attempt));
         let failure = match &verdict {
             Verdict::Retry { failure, .. } | Verdict::DeadLetter { failure } => failure.clone(),
             Verdict::Succeeded => {
@@ -300,13 +408,68 @@ impl<H: Handler> Processor<H> {
             error = record.failure.error,
             "job failed"
         );
-        if let Err(e) = self.dead_letters.record(&record).await {
-            tracing::error!("could not write the failure record: {e}");
-        }
         if matches!(verdict, Verdict::DeadLetter { .. }) {
-            return self.dead_letter(queue, msg, &record, verdict).await;
+            // Side by side: the record never delays the send that decides
+            // whether the message may be acknowledged.
+            let (verdict, ()) = tokio::join!(
+                self.dead_letter(queue, msg, &record, verdict, budget),
+                self.record(&record, budget),
+            );
+            return verdict;
         }
+        self.record(&record, budget).await;
         verdict
+    }
+
+    /// A retry whose next attempt could come after SQS deletes the message
+    /// (its retention run out) becomes a dead letter now, its error saying
+    /// why with the numbers and the original error after it.
+    ///
+    /// The delay weighed is the longest this retry could get (the backoff's
+    /// ceiling or the handler's retry-after, clamped to 12 h in flight); the
+    /// margin is [`RETENTION_SAFETY_MARGIN`] plus the queue's visibility
+    /// timeout, so the next attempt is received *and* over before expiry.
+    fn within_retention(&self, queue: &QueueInfo, msg: &Message, verdict: Verdict) -> Verdict {
+        let Verdict::Retry {
+            failure,
+            retry_after,
+        } = &verdict
+        else {
+            return verdict;
+        };
+        let Some(age) = msg.age(SystemTime::now()) else {
+            return verdict;
+        };
+        let longest = retry_after.unwrap_or_else(|| self.config.backoff.ceiling(msg.receive_count));
+        let delay = visibility_timeout(longest, msg.received_at.elapsed());
+        let margin = RETENTION_SAFETY_MARGIN + queue.visibility_timeout;
+        match check_retry_within_retention(age, delay, queue.retention, margin) {
+            Ok(()) => verdict,
+            Err(late) => {
+                let chain = std::iter::once(failure.error.clone())
+                    .chain(failure.chain.iter().cloned())
+                    .collect();
+                Verdict::DeadLetter {
+                    failure: Failure {
+                        kind: failure.kind,
+                        error: late.to_string(),
+                        chain,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Writes the failure record if the budget leaves time for it: it is
+    /// context for `idemq dlq`, not something the batch's outcome needs.
+    async fn record(&self, record: &FailureRecord, budget: &Budget) {
+        match bounded(budget.optional_by, self.dead_letters.record(record)).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => tracing::error!("could not write the failure record: {e}"),
+            None => tracing::warn!(
+                "failure record dropped: not written before the deadline's cut-off for optional work"
+            ),
+        }
     }
 
     /// Sends a permanent failure to the DLQ. If that fails, the message
@@ -318,6 +481,7 @@ impl<H: Handler> Processor<H> {
         msg: &Message,
         rec: &FailureRecord,
         verdict: Verdict,
+        budget: &Budget,
     ) -> Verdict {
         let Some(dlq_url) = &queue.dlq_url else {
             tracing::error!(
@@ -334,10 +498,28 @@ impl<H: Handler> Processor<H> {
             attributes: &msg.attributes,
             group_id: msg.group_id.as_deref(),
         };
-        match self.dead_letters.send(dlq_url, &letter, rec).await {
-            Ok(()) => verdict,
-            Err(e) => {
+        // Not sent in time means not sent: the message stays on the queue
+        // and is reported failed, never acknowledged. (If SQS took the send
+        // after all, a later dead-lettering adds a second copy to the DLQ;
+        // both carry the job's id, so replayed, the marker applies it once.)
+        match bounded(
+            budget.required_by,
+            self.dead_letters.send(dlq_url, &letter, rec),
+        )
+        .await
+        {
+            Some(Ok(())) => verdict,
+            Some(Err(e)) => {
                 tracing::error!("could not send to the DLQ, leaving the message on the queue: {e}");
+                Verdict::Retry {
+                    failure: rec.failure.clone(),
+                    retry_after: None,
+                }
+            }
+            None => {
+                tracing::error!(
+                    "the DLQ send did not finish before the deadline; leaving the message on the queue"
+                );
                 Verdict::Retry {
                     failure: rec.failure.clone(),
                     retry_after: None,
@@ -388,7 +570,7 @@ where
                     out.push((i, Verdict::NotAttempted { why }, None));
                     continue;
                 }
-                if Instant::now() + config.deadline_margin >= deadline {
+                if Instant::now() >= Budget::new(deadline, config.deadline_margin).start_by {
                     let why = "too close to the deadline to start";
                     out.push((i, Verdict::NotAttempted { why }, None));
                     continue;
@@ -445,7 +627,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::{Failure, FailureKind};
+    use crate::classify::FailureKind;
     use proptest::prelude::*;
     use std::sync::Mutex;
 
@@ -458,6 +640,7 @@ mod tests {
             receive_count: 1,
             group_id: group.map(str::to_owned),
             received_at: Instant::now(),
+            sent_at: Some(SystemTime::now()),
         }
     }
 
@@ -582,6 +765,43 @@ mod tests {
         );
         let failed = failed_ids(messages.iter().zip(verdicts.iter().map(|(v, _)| v)));
         assert_eq!(failed, vec!["m0", "m1", "m2", "m3", "m4"]);
+    }
+
+    #[test]
+    fn budget_stages_come_in_order_at_fractions_of_the_margin() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let b = Budget::new(deadline, Duration::from_secs(2));
+        let before = |ms: u64| deadline - Duration::from_millis(ms);
+        assert_eq!(b.start_by, before(2000));
+        assert_eq!(b.abandon_at, before(1000));
+        assert_eq!(b.optional_by, before(750));
+        assert_eq!(b.required_by, before(500));
+        assert_eq!(b.respond_by, before(250));
+        // A huge margin never panics, and the stages keep their order.
+        let now = Instant::now();
+        for margin in [Duration::ZERO, Duration::from_secs(u64::MAX / 4)] {
+            let b = Budget::new(now, margin);
+            assert!(b.start_by <= b.abandon_at && b.abandon_at <= b.optional_by);
+            assert!(b.optional_by <= b.required_by && b.required_by <= b.respond_by);
+            assert!(b.respond_by <= now);
+        }
+    }
+
+    #[test]
+    fn sent_timestamp_gives_the_age() {
+        let sent = epoch_ms("1796212800000").unwrap();
+        assert_eq!(sent, UNIX_EPOCH + Duration::from_secs(1_796_212_800));
+        assert_eq!(epoch_ms("soon"), None);
+        let mut m = msg("m", None);
+        m.sent_at = Some(sent);
+        assert_eq!(
+            m.age(sent + Duration::from_secs(90)),
+            Some(Duration::from_secs(90))
+        );
+        // A timestamp ahead of this host's clock is age zero, not an error.
+        assert_eq!(m.age(sent - Duration::from_secs(3)), Some(Duration::ZERO));
+        m.sent_at = None;
+        assert_eq!(m.age(sent), None);
     }
 
     #[test]

@@ -115,6 +115,23 @@ impl<H: Handler> Host<H> {
                 "queue has no RedrivePolicy: failing jobs will be retried until retention ends"
             );
         }
+        if let Some(max_receive_count) = info.max_receive_count {
+            let backoff = self.processor.config().backoff;
+            if let Err(e) = crate::backoff::check_retries_fit_retention(
+                &backoff,
+                max_receive_count,
+                info.visibility_timeout,
+                info.retention,
+            ) {
+                tracing::warn!(
+                    queue = info.name,
+                    max_receive_count,
+                    worst_case_secs = e.worst_case.as_secs(),
+                    retention_secs = e.retention.as_secs(),
+                    "{e}"
+                );
+            }
+        }
         if let Some(dlq) = &info.dlq_url {
             let (source, dlq) = (
                 retention(&self.sqs, queue_url).await?,

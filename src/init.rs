@@ -191,6 +191,7 @@ pub async fn init(
         .err()
         .map(|e| e.to_string())
         .into_iter()
+        .chain(retry_budget_warning(spec, source_retention))
         .collect();
     Ok(InitReport {
         queue_url,
@@ -199,6 +200,24 @@ pub async fn init(
         created,
         warnings,
     })
+}
+
+/// The start-up check of [`crate::backoff::check_retries_fit_retention`]
+/// for the queue init made: its maxReceiveCount and visibility timeout, the
+/// consumers' backoff (`IDEMQ_BACKOFF_BASE` / `IDEMQ_BACKOFF_CAP`, or the
+/// default when unset or invalid) and `retention`.
+pub fn retry_budget_warning(spec: &InitSpec, retention: Duration) -> Option<String> {
+    let backoff = crate::batch::BatchConfig::from_env()
+        .map(|c| c.backoff)
+        .unwrap_or_default();
+    crate::backoff::check_retries_fit_retention(
+        &backoff,
+        spec.max_receive_count,
+        spec.visibility_timeout,
+        retention,
+    )
+    .err()
+    .map(|e| e.to_string())
 }
 
 async fn ensure_queue(

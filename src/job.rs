@@ -6,6 +6,7 @@
 //! optional JSON pointer into the body, and only then the `MessageId`.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 
@@ -170,6 +171,40 @@ impl JobIdResolver {
     }
 }
 
+/// Set once this process has warned that it identifies a job by its
+/// `MessageId`.
+static MESSAGE_ID_IDENTITY_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Logs, once per process, that a job was identified by its SQS
+/// `MessageId` (no `idemq-job-id` attribute, no body pointer or nothing at
+/// it) and what that costs. True the one time it logs.
+///
+/// A `MessageId` survives SQS's own redrive to the DLQ, but a copy sent
+/// back by anything other than idemq's own tools (a redrive task from the
+/// console or `StartMessageMoveTask`, a producer's retry, a replay script)
+/// is a new message with a new `MessageId`
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>):
+/// a new job to idemq, applied again.
+pub fn warn_message_id_identity() -> bool {
+    warn_once(&MESSAGE_ID_IDENTITY_WARNED)
+}
+
+fn warn_once(warned: &AtomicBool) -> bool {
+    if warned.swap(true, Ordering::Relaxed) {
+        return false;
+    }
+    tracing::warn!(
+        "a job has no {JOB_ID_ATTRIBUTE} attribute and no id in its body (IDEMQ_JOB_ID_POINTER), \
+         so idemq identifies it by its SQS MessageId. That id survives SQS's own redrive to the \
+         DLQ, but a copy sent back by anything other than idemq's own tools (idemq dlq redrive / \
+         import keep the id) gets a new MessageId: a console or StartMessageMoveTask redrive, a \
+         producer's retry or a replay script makes it a new job, applied again. Send \
+         {JOB_ID_ATTRIBUTE} (idemq::Producer does) or set IDEMQ_JOB_ID_POINTER. \
+         (Logged once per process.)"
+    );
+    true
+}
+
 /// The value at `pointer` in `body` as an id, `None` when the body is not
 /// JSON or has nothing there.
 fn pointed_id(body: &str, pointer: &str) -> Result<Option<String>, InvalidJobId> {
@@ -298,6 +333,66 @@ mod tests {
                 .to_string()
                 .contains("U+0009")
         );
+    }
+
+    /// A writer that keeps what the log subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn message_id_identity_is_warned_once_per_process() {
+        let log = Captured::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let warned = AtomicBool::new(false);
+        let said: Vec<bool> = tracing::subscriber::with_default(subscriber, || {
+            (0..5).map(|_| warn_once(&warned)).collect()
+        });
+        assert_eq!(said, [true, false, false, false, false]);
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        for want in [
+            "WARN",
+            "no idemq-job-id attribute",
+            "SQS MessageId",
+            "new MessageId",
+            "applied again",
+            "IDEMQ_JOB_ID_POINTER",
+            "once per process",
+        ] {
+            assert!(text.contains(want), "{want:?} not in {text}");
+        }
+
+        // Racing threads: exactly one warns.
+        let warned = std::sync::Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let w = std::sync::Arc::clone(&warned);
+                std::thread::spawn(move || warn_once(&w))
+            })
+            .collect();
+        let warnings = threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|w| *w)
+            .count();
+        assert_eq!(warnings, 1);
+        // The process-wide flag: whatever warned before, never twice.
+        warn_message_id_identity();
+        assert!(!warn_message_id_identity());
     }
 
     #[test]

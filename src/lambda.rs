@@ -135,5 +135,9 @@ pub fn from_event(record: &SqsMessage, received_at: Instant) -> Result<Message, 
             .unwrap_or(1),
         group_id: sys("MessageGroupId"),
         received_at,
+        // Lambda's SQS events carry it in `attributes`, as epoch ms.
+        sent_at: sys("SentTimestamp")
+            .as_deref()
+            .and_then(crate::batch::epoch_ms),
     })
 }

@@ -2,12 +2,13 @@
 //! `RedrivePolicy`), its visibility timeout and retention. Read once, at
 //! cold start.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
 };
+use futures_util::{StreamExt, stream};
 
 /// A queue that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +160,14 @@ pub async fn delete_messages(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[&s
     failed
 }
 
+/// The longest any one SQS or DynamoDB call after a batch's handlers may
+/// take (a DLQ send, a failure record, a visibility change), whatever time
+/// the batch has left: a hung connection must not hold the batch.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Visibility calls in flight at once.
+const VISIBILITY_CALLS_AT_ONCE: usize = 16;
+
 /// `ChangeMessageVisibilityBatch`, 10 a call, for entries of (message id,
 /// receipt handle, new timeout). A message no longer in flight (its handle
 /// expired, or it was received again) is logged and skipped: SQS makes it
@@ -168,7 +177,22 @@ pub async fn change_visibility(
     url: &str,
     entries: &[(&str, &str, Duration)],
 ) {
-    for chunk in entries.chunks(10) {
+    // No bound on the whole, only on each call.
+    let by = Instant::now() + Duration::from_secs(24 * 3600);
+    change_visibility_by(sqs, url, entries, by).await;
+}
+
+/// [`change_visibility`] with calls made side by side, each bounded by
+/// [`CALL_TIMEOUT`] and none running past `by`. Returns how many entries
+/// were not changed because their call was cut short or never made (SQS
+/// makes those visible when their current timeout ends).
+pub async fn change_visibility_by(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    entries: &[(&str, &str, Duration)],
+    by: Instant,
+) -> usize {
+    let calls = entries.chunks(10).map(|chunk| async move {
         let batch: Vec<_> = chunk
             .iter()
             .enumerate()
@@ -181,12 +205,19 @@ pub async fn change_visibility(
                     .ok()
             })
             .collect();
-        let sent = sqs
+        let send = sqs
             .change_message_visibility_batch()
             .queue_url(url)
             .set_entries(Some(batch))
-            .send()
-            .await;
+            .send();
+        let now = Instant::now();
+        let until = by.min(now + CALL_TIMEOUT);
+        if until <= now {
+            return chunk.len();
+        }
+        let Ok(sent) = tokio::time::timeout_at(until.into(), send).await else {
+            return chunk.len();
+        };
         match sent {
             Ok(out) => {
                 for f in out.failed() {
@@ -204,5 +235,10 @@ pub async fn change_visibility(
                 DisplayErrorContext(e)
             ),
         }
-    }
+        0
+    });
+    stream::iter(calls)
+        .buffer_unordered(VISIBILITY_CALLS_AT_ONCE)
+        .fold(0, |n, missed| async move { n + missed })
+        .await
 }

@@ -97,6 +97,8 @@ pub async fn serve<H: Handler>(
             .queue_url(&queue.url)
             .max_number_of_messages(args.batch_size)
             .wait_time_seconds(i32::try_from(wait).unwrap_or(20))
+            // All: ApproximateReceiveCount for the backoff, SentTimestamp
+            // for the retention check, MessageGroupId for FIFO order.
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send();

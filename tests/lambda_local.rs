@@ -196,12 +196,21 @@ const CANARY: &str = "CANARY-d0c8e2a1f4b7";
 
 /// A fixture as the event for `queue`, with this run's job ids (`<run>-<id>`
 /// in the `idemq-job-id` attribute and in the body's `id`), so reruns on the
-/// same table do not meet each other's markers. `md5OfBody` is left as it
-/// was: neither the runtime client nor idemq reads it.
+/// same table do not meet each other's markers, and sent now: idemq
+/// dead-letters a retry that would outlive the queue's retention, counted
+/// from `SentTimestamp`, and the fixtures' own timestamps only grow older.
+/// `md5OfBody` is left as it was: neither the runtime client nor idemq
+/// reads it.
 fn event(fixture: &str, queue: &Queue, run: &str) -> Value {
     let mut event: Value = serde_json::from_str(fixture).expect("fixture JSON");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
     for r in event["Records"].as_array_mut().expect("Records") {
         r["eventSourceARN"] = queue.arn.clone().into();
+        r["attributes"]["SentTimestamp"] = now_ms.to_string().into();
+        r["attributes"]["ApproximateFirstReceiveTimestamp"] = now_ms.to_string().into();
         let id = &mut r["messageAttributes"]["idemq-job-id"]["stringValue"];
         *id = format!("{run}-{}", id.as_str().expect("job id")).into();
         let body = r["body"].as_str().expect("body").to_owned();
@@ -339,6 +348,12 @@ fn fixtures_are_sqs_events_that_idemq_reads() {
             );
             assert_eq!(msg.body, raw["body"].as_str().unwrap(), "{name}");
             assert_eq!(msg.receive_count, 1, "{name}");
+            let sent_ms: u64 = record.attributes["SentTimestamp"].parse().expect(name);
+            assert_eq!(
+                msg.sent_at,
+                Some(std::time::UNIX_EPOCH + Duration::from_millis(sent_ms)),
+                "{name}: SentTimestamp, from which retention counts"
+            );
             assert_eq!(
                 msg.group_id,
                 record.attributes.get("MessageGroupId").cloned(),

@@ -277,3 +277,130 @@ async fn transient_failure_sets_visibility_observed_on_the_queue() {
     assert_eq!(again[0].message_id, first[0].message_id);
     assert_eq!(again[0].receive_count, 2);
 }
+
+/// A writer that keeps what a log subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// SQS deletes a message when its queue's retention runs out, in flight or
+/// not, and never dead-letters it then (DeleteMessage: "If you leave a
+/// message in the queue for longer than the queue's configured retention
+/// period, Amazon SQS automatically deletes the message",
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html>).
+/// On a queue with SQS's shortest retention (60 s), the host warns at
+/// start-up that maxReceiveCount retries cannot fit, and a job whose
+/// handler asks to be retried in 2 minutes goes to the DLQ at once, its
+/// `idemq-error` saying why, instead of being left to vanish.
+#[tokio::test]
+async fn a_retry_past_retention_is_dead_lettered_now_with_the_reason() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    use idemq::IdempotencyConfig;
+    use idemq::batch::Message;
+    use idemq::handler::{JobError, JobMeta, handler_fn};
+    use idemq::host::Host;
+
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "retention", false, 6, 10).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    sqs.set_queue_attributes()
+        .queue_url(&res.queue_url)
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "60")
+        .send()
+        .await
+        .unwrap();
+    let handler = handler_fn(|_: serde_json::Value, _: JobMeta| async {
+        Err(JobError::retry_after(
+            "payment API said 429",
+            Duration::from_secs(120),
+        ))
+    });
+    let host = Host::from_clients(
+        handler,
+        sqs.clone(),
+        ddb,
+        TableLayout::new(&res.table_name),
+        IdempotencyConfig::default(),
+        BatchConfig::default(),
+    );
+
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let queue = {
+        let _log = tracing::subscriber::set_default(subscriber);
+        host.discover(&res.queue_url).await.unwrap()
+    };
+    assert_eq!(queue.retention, Duration::from_secs(60));
+    let text = log.text();
+    for want in [
+        "WARN",
+        "maxReceiveCount 6 receives",
+        "visibility timeout 10s",
+        "(186 s)", // 6 x 10 s + (2+4+8+16+32+64) s
+        "retention of 1m (60 s)",
+    ] {
+        assert!(
+            text.contains(want),
+            "{want:?} not in the start-up log: {text}"
+        );
+    }
+
+    send(&sqs, &res.queue_url, &[(Some("r-1".into()), "{}".into())]).await;
+    let out = sqs
+        .receive_message()
+        .queue_url(&res.queue_url)
+        .wait_time_seconds(5)
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let messages: Vec<Message> = out
+        .messages()
+        .iter()
+        .filter_map(|m| Message::from_sdk(m, Instant::now()))
+        .collect();
+    assert_eq!(messages.len(), 1);
+    assert!(messages[0].sent_at.is_some(), "SentTimestamp was received");
+    let report = host
+        .processor
+        .process(&queue, &messages, Instant::now() + Duration::from_secs(10))
+        .await;
+    assert!(report.failed.is_empty(), "retried: {:?}", report.failed);
+    assert_eq!(report.done, [messages[0].receipt_handle.clone()]);
+    assert_eq!(report.metrics.dead_lettered, 1);
+
+    let dead = drain(&sqs, &res.dlq_url).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(attribute(&dead[0], "idemq-job-id"), "r-1");
+    let error = attribute(&dead[0], "idemq-error");
+    for want in [
+        "retrying would outlive the queue's retention",
+        "2m (120 s) from now",
+        "retention of 1m (60 s)",
+        "safety margin of 5m 10s (310 s)",
+        "payment API said 429",
+    ] {
+        assert!(error.contains(want), "{want:?} not in {error:?}");
+    }
+}
