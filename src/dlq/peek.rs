@@ -154,11 +154,13 @@ impl Context {
                         .and_then(|t| humantime::parse_rfc3339(t).ok())
                 })
                 .or_else(|| msg.sent_at()),
+            // The consumer's record, then SQS's own DeadLetterQueueSourceArn,
+            // and only then the attribute, which any sender can write.
             source_queue: record
                 .map(|r| r.source_queue.clone())
                 .filter(|q| !q.is_empty())
-                .or_else(|| msg.attr(ATTR_SOURCE_QUEUE).map(str::to_owned))
-                .or(source_from_arn),
+                .or(source_from_arn)
+                .or_else(|| msg.attr(ATTR_SOURCE_QUEUE).map(str::to_owned)),
             payload_bytes: msg.body.len(),
         }
     }
@@ -583,6 +585,35 @@ mod identity_tests {
 
         let c = Context::of(&by_pointer, Some("p-2"), None);
         assert_eq!(c.job_id.as_deref(), Some("p-2"), "the resolved id is shown");
+    }
+
+    /// A sender can forge `idemq-source-queue`; SQS's own
+    /// `DeadLetterQueueSourceArn` outranks it.
+    #[test]
+    fn the_source_sqs_reports_outranks_the_attribute() {
+        let mut m = dead("m-1", "{}", Some("j"), None);
+        m.attributes.insert(
+            ATTR_SOURCE_QUEUE.to_string(),
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("admin-commands")
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(
+            Context::of(&m, None, None).source_queue.as_deref(),
+            Some("admin-commands"),
+            "only the attribute: shown as it is"
+        );
+        m.system.insert(
+            Sys::DeadLetterQueueSourceArn,
+            "arn:aws:sqs:us-east-1:1:orders".into(),
+        );
+        assert_eq!(
+            Context::of(&m, None, None).source_queue.as_deref(),
+            Some("orders")
+        );
+        assert_eq!(m.source_queue_attribute(), Some("admin-commands"));
     }
 
     /// Only a full response can cut a FIFO group short, and a group is

@@ -206,10 +206,18 @@ pub(super) async fn import(
         Err(e) => return Ok(usage_error(&format!("cannot read {}: {e}", file.display()))),
     };
     let size = input.metadata().map(|m| m.len()).unwrap_or(0);
-    let producer = match Producer::with_client(sqs.clone(), to).await {
-        Ok(p) => p,
-        Err(e) => return Ok(usage_error(&e.to_string())),
-    };
+    // A queue that does not exist is the operator's mistake (exit 2); any
+    // other failure to read it is AWS's (exit 1).
+    if let Err(e) = idemq::queue::QueueInfo::discover(sqs, to).await {
+        return Ok(match super::OpenError::of_queue(to, e) {
+            super::OpenError::Usage(msg) => usage_error(&msg),
+            super::OpenError::Aws(msg) => {
+                eprintln!("idemq dlq: {msg}");
+                ExitCode::FAILURE
+            }
+        });
+    }
+    let producer = Producer::with_client(sqs.clone(), to).await?;
     let mut lines = Lines::new(BufReader::new(input), MAX_LINE_BYTES);
     let bar = crate::progress::bar(size, "bytes");
     let mut failures = Vec::new();
