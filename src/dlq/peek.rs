@@ -81,9 +81,13 @@ impl DeadMessage {
     /// The job id the consumer resolved for this message, and where it
     /// came from: the `idemq-job-id` attribute, else the body pointer, else
     /// the MessageId. For a message SQS's own redrive moved here, the
-    /// MessageId is the one the consumer saw: SQS keeps it on the way to a
-    /// DLQ (only a move *back* mints a new one,
-    /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
+    /// MessageId is the one the consumer saw: SQS moves the message itself
+    /// to the DLQ (its enqueue timestamp unchanged,
+    /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>;
+    /// on FIFO its deduplication id becomes "the original message's ID"),
+    /// and only a move *back* mints a new MessageId
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
+    /// `tests/dlq_cli.rs` measures it on the local stack.
     pub fn resolve(&self, resolver: &JobIdResolver) -> Result<(String, JobIdSource), InvalidJobId> {
         // The resolver warns when the pointer finds nothing, a warning for
         // the consumer: the CLI stamps the MessageId on every copy it sends,
