@@ -11,6 +11,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
 use super::peek::{Context, DeadMessage};
+use crate::job::JobIdResolver;
 use crate::producer::Job;
 
 /// One exported dead letter.
@@ -65,8 +66,11 @@ impl Archived {
         }
     }
 
-    /// The job that sends this message again as it was.
-    pub fn to_job(&self) -> Result<Job, String> {
+    /// The job that sends this message again as it was, carrying as
+    /// `idemq-job-id` the id the consumer resolved for it with `resolver`
+    /// (attribute, body pointer, else its DLQ MessageId, which is the
+    /// MessageId the consumer saw when SQS's redrive moved it to the DLQ).
+    pub fn to_job(&self, resolver: &JobIdResolver) -> Result<Job, String> {
         let mut attributes = HashMap::new();
         for (name, a) in &self.attributes {
             let mut v = MessageAttributeValue::builder()
@@ -83,11 +87,21 @@ impl Archived {
                 v.build().map_err(|e| format!("attribute {name}: {e}"))?,
             );
         }
-        let id = attributes
+        let attribute = attributes
             .get(crate::job::JOB_ID_ATTRIBUTE)
-            .and_then(|v| v.string_value())
-            .unwrap_or(&self.message_id)
-            .to_owned();
+            .and_then(|v| v.string_value());
+        let resolved =
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+                resolver.resolve(attribute, &self.body, &self.message_id)
+            });
+        let id = match resolved {
+            Ok((id, _)) => id.as_str().to_owned(),
+            Err(e) => {
+                return Err(format!(
+                    "no valid job id ({e}): the consumer would refuse it again"
+                ));
+            }
+        };
         Ok(Job::as_received(
             id,
             self.body.clone(),
@@ -98,20 +112,118 @@ impl Archived {
     }
 }
 
+/// Parses one line of an export: `None` for a blank line.
+pub fn parse_line(line: &str) -> Option<Result<Archived, String>> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    Some(serde_json::from_str(line).map_err(|e| {
+        // serde's message can quote the payload: keep its class and place.
+        format!(
+            "not an exported dead letter ({:?} error at column {})",
+            e.classify(),
+            e.column()
+        )
+    }))
+}
+
 /// Parses an export: one [`Archived`] per non-blank line, or the line
 /// number and why not.
 pub fn parse(input: &str) -> Vec<(usize, Result<Archived, String>)> {
     input
         .lines()
         .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            (
-                i + 1,
-                serde_json::from_str(l).map_err(|e| format!("not an exported dead letter: {e}")),
-            )
-        })
+        .filter_map(|(i, l)| parse_line(l).map(|r| (i + 1, r)))
         .collect()
+}
+
+/// Longest export line read: a 1 MiB body, JSON-escaped at worst six bytes
+/// per byte, with its attributes and context.
+pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Reads an export line by line, never holding more than one line (of at
+/// most `max` bytes) in memory.
+pub struct Lines<R> {
+    input: R,
+    max: usize,
+    number: usize,
+    bytes: u64,
+    buf: Vec<u8>,
+}
+
+/// One line of an export as [`Lines`] reads it.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    Text(String),
+    /// Longer than the limit: skipped to its end, never held whole.
+    TooLong,
+    NotUtf8,
+}
+
+impl<R: std::io::BufRead> Lines<R> {
+    pub fn new(input: R, max: usize) -> Self {
+        Self {
+            input,
+            max,
+            number: 0,
+            bytes: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Bytes consumed so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The next line and its number (from 1), `None` at the end.
+    pub fn next_line(&mut self) -> std::io::Result<Option<(usize, Line)>> {
+        self.buf.clear();
+        let mut too_long = false;
+        let mut any = false;
+        loop {
+            let chunk = self.input.fill_buf()?;
+            if chunk.is_empty() {
+                break;
+            }
+            any = true;
+            let (part, done) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (&chunk[..i], Some(i + 1)),
+                None => (chunk, None),
+            };
+            if !too_long {
+                if self.buf.len() + part.len() > self.max {
+                    too_long = true;
+                    self.buf.clear();
+                } else {
+                    self.buf.extend_from_slice(part);
+                }
+            }
+            let used = done.unwrap_or(chunk.len());
+            self.input.consume(used);
+            self.bytes += used as u64;
+            if done.is_some() {
+                break;
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        self.number += 1;
+        if too_long {
+            return Ok(Some((self.number, Line::TooLong)));
+        }
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        Ok(Some((
+            self.number,
+            match String::from_utf8(std::mem::take(&mut self.buf)) {
+                Ok(s) => Line::Text(s),
+                Err(_) => Line::NotUtf8,
+            },
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -150,7 +262,7 @@ mod tests {
                 (Sys::MessageDeduplicationId, "d".to_string()),
             ]),
         };
-        let a = Archived::of(&msg, &Context::of(&msg, None));
+        let a = Archived::of(&msg, &Context::of(&msg, None, None));
         let line = serde_json::to_string(&a).unwrap();
         let parsed = parse(&format!("\n{line}\nnot json\n"));
         assert_eq!(parsed.len(), 2);
@@ -165,7 +277,7 @@ mod tests {
                 .contains("not an exported dead letter")
         );
 
-        let job = back.to_job().unwrap();
+        let job = back.to_job(&JobIdResolver::new()).unwrap();
         assert_eq!(job.id, "j-1");
         assert_eq!(job.body, msg.body);
         // The producer's attributes go back byte for byte; idemq's own are
@@ -176,5 +288,66 @@ mod tests {
         assert!(job.set_id_attribute);
         assert_eq!(job.group_id.as_deref(), Some("g"));
         assert_eq!(job.deduplication_id.as_deref(), Some("d"));
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    fn all(input: &[u8], max: usize) -> Vec<(usize, Line)> {
+        let mut lines = Lines::new(std::io::BufReader::with_capacity(4, input), max);
+        let mut out = Vec::new();
+        while let Some(l) = lines.next_line().unwrap() {
+            out.push(l);
+        }
+        assert_eq!(lines.bytes_read(), input.len() as u64);
+        out
+    }
+
+    #[test]
+    fn lines_are_read_one_at_a_time_within_a_bound() {
+        let got = all(b"ab\r\n\ntoo long line\nxyz", 8);
+        assert_eq!(
+            got,
+            vec![
+                (1, Line::Text("ab".into())),
+                (2, Line::Text(String::new())),
+                (3, Line::TooLong),
+                (4, Line::Text("xyz".into())),
+            ]
+        );
+        assert_eq!(all(b"\xff\xfe\n", 8), vec![(1, Line::NotUtf8)]);
+        assert!(all(b"", 8).is_empty());
+    }
+
+    /// An import stamps the id the consumer resolved: the body pointer's
+    /// value, else the exported (DLQ) MessageId.
+    #[test]
+    fn an_import_stamps_the_resolved_job_id() {
+        let line = |body: &str| Archived {
+            message_id: "m-dlq".into(),
+            body: body.into(),
+            attributes: HashMap::new(),
+            group_id: None,
+            deduplication_id: None,
+            source_arn: None,
+            context: None,
+        };
+        let r = JobIdResolver::new().with_body_pointer("/ref");
+        assert_eq!(line(r#"{"ref":"p-1"}"#).to_job(&r).unwrap().id, "p-1");
+        assert_eq!(line(r#"{"x":1}"#).to_job(&r).unwrap().id, "m-dlq");
+        let err = line(r#"{"ref":[1]}"#).to_job(&r).unwrap_err();
+        assert!(err.contains("no valid job id"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_line_is_not_quoted() {
+        // serde_json would say: invalid type: integer `31415926`, expected a string
+        let err = parse_line(r#"{"message_id": "m", "body": 31415926}"#)
+            .unwrap()
+            .unwrap_err();
+        assert!(!err.contains("31415926"), "{err}");
+        assert!(err.contains("not an exported dead letter"), "{err}");
     }
 }

@@ -6,7 +6,7 @@
 //! and a DLQ has no redrive policy of its own, so the extra receives push
 //! nothing anywhere.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError, FailureRecord,
 };
-use crate::job::JOB_ID_ATTRIBUTE;
+use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 
 /// A message in a DLQ, as received.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +49,12 @@ impl DeadMessage {
         self.attr(JOB_ID_ATTRIBUTE)
     }
 
+    /// The `idemq-source-queue` attribute idemq's own dead-lettering sets.
+    /// Any sender can set it too: trust it only where SQS confirms it.
+    pub fn source_queue_attribute(&self) -> Option<&str> {
+        self.attr(ATTR_SOURCE_QUEUE)
+    }
+
     pub fn group_id(&self) -> Option<&str> {
         self.system.get(&Sys::MessageGroupId).map(String::as_str)
     }
@@ -72,9 +78,34 @@ impl DeadMessage {
         Some(UNIX_EPOCH + Duration::from_millis(ms))
     }
 
-    /// The key its failure record is stored under.
-    pub fn record_key(&self) -> (Option<String>, String) {
-        (self.job_id().map(str::to_owned), self.message_id.clone())
+    /// The job id the consumer resolved for this message, and where it
+    /// came from: the `idemq-job-id` attribute, else the body pointer, else
+    /// the MessageId. For a message SQS's own redrive moved here, the
+    /// MessageId is the one the consumer saw: SQS moves the message itself
+    /// to the DLQ (its enqueue timestamp unchanged,
+    /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>;
+    /// on FIFO its deduplication id becomes "the original message's ID"),
+    /// and only a move *back* mints a new MessageId
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
+    /// `tests/dlq_cli.rs` measures it on the local stack.
+    pub fn resolve(&self, resolver: &JobIdResolver) -> Result<(String, JobIdSource), InvalidJobId> {
+        // The resolver warns when the pointer finds nothing, a warning for
+        // the consumer: the CLI stamps the MessageId on every copy it sends,
+        // so the warning would be wrong here, and once per message.
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            resolver.resolve(self.job_id(), &self.body, &self.message_id)
+        })
+        .map(|(id, from)| (id.as_str().to_owned(), from))
+    }
+
+    /// The key its failure record is stored under, as the consumer wrote it:
+    /// `(resolved job id, message id)`, or `(None, message id)` when no
+    /// valid job id resolves.
+    pub fn record_key(&self, resolver: &JobIdResolver) -> (Option<String>, String) {
+        (
+            self.resolve(resolver).ok().map(|(id, _)| id),
+            self.message_id.clone(),
+        )
     }
 }
 
@@ -101,14 +132,15 @@ fn ser_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok,
 }
 
 impl Context {
-    pub fn of(msg: &DeadMessage, record: Option<&FailureRecord>) -> Self {
+    /// `job_id`: the id the consumer resolved (see [`DeadMessage::resolve`]).
+    pub fn of(msg: &DeadMessage, job_id: Option<&str>, record: Option<&FailureRecord>) -> Self {
         let source_from_arn = msg
             .source_arn()
             .and_then(|a| a.rsplit(':').next())
             .map(str::to_owned);
         Self {
-            job_id: msg
-                .job_id()
+            job_id: job_id
+                .or(msg.job_id())
                 .map(str::to_owned)
                 .or_else(|| record.and_then(|r| r.job_id.clone())),
             message_id: msg.message_id.clone(),
@@ -126,11 +158,13 @@ impl Context {
                         .and_then(|t| humantime::parse_rfc3339(t).ok())
                 })
                 .or_else(|| msg.sent_at()),
+            // The consumer's record, then SQS's own DeadLetterQueueSourceArn,
+            // and only then the attribute, which any sender can write.
             source_queue: record
                 .map(|r| r.source_queue.clone())
                 .filter(|q| !q.is_empty())
-                .or_else(|| msg.attr(ATTR_SOURCE_QUEUE).map(str::to_owned))
-                .or(source_from_arn),
+                .or(source_from_arn)
+                .or_else(|| msg.attr(ATTR_SOURCE_QUEUE).map(str::to_owned)),
             payload_bytes: msg.body.len(),
         }
     }
@@ -157,24 +191,99 @@ impl Depth {
     }
 }
 
+/// A DLQ's messages as one scan read them.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Every message read, once each, in first-receive order, each with its
+    /// newest receipt handle. Held invisible until [`Peek::release`].
+    pub messages: Vec<DeadMessage>,
+    /// About how many messages the DLQ holds that the scan could not read
+    /// (FIFO groups blocked behind messages it holds, or letters that
+    /// arrived during the scan); 0 on a standard queue.
+    pub unseen: u64,
+}
+
+/// Which messages a scan has seen, and which FIFO groups may hide more.
+///
+/// SQS returns no further message of a FIFO group while one of its
+/// messages is in flight, and a scan holds every message it reads; so a
+/// group whose messages filled a 10-message response may have more behind
+/// them that no receive will return. Releasing that group alone (and
+/// holding the rest) lets the next receive return it again from its head
+/// with what follows
+/// (<https://repost.aws/knowledge-center/sqs-fifo-messages-not-returned>:
+/// "Inflight messages block delivery of available messages within the same
+/// message group"; "SQS returns as many messages with the same message
+/// group ID as possible").
+#[derive(Debug, Default)]
+pub struct Sweep {
+    seen: HashSet<String>,
+    cut: BTreeSet<String>,
+}
+
+impl Sweep {
+    /// Notes one receive's messages; returns which of them are new.
+    /// Counting by MessageId keeps counts true however often a message
+    /// comes back.
+    pub fn note(&mut self, batch: &[DeadMessage]) -> Vec<bool> {
+        let fresh: Vec<bool> = batch
+            .iter()
+            .map(|m| self.seen.insert(m.message_id.clone()))
+            .collect();
+        // A group can only be cut short by a full response, and it can only
+        // grow when the response brought something new of it: so each
+        // release of a group is paid for by a new message, and the sweep
+        // ends.
+        if batch.len() >= MAX_RECEIVE {
+            for (m, new) in batch.iter().zip(&fresh) {
+                if let (true, Some(g)) = (new, m.group_id()) {
+                    self.cut.insert(g.to_owned());
+                }
+            }
+        }
+        fresh
+    }
+
+    /// The next FIFO group that may have unread messages behind the ones
+    /// held.
+    pub fn next_cut(&mut self) -> Option<String> {
+        self.cut.pop_first()
+    }
+
+    pub fn seen(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+/// Messages one `ReceiveMessage` returns at most.
+const MAX_RECEIVE: usize = 10;
+
 /// Scans one DLQ.
 #[derive(Debug, Clone)]
 pub struct Peek {
     sqs: aws_sdk_sqs::Client,
     dlq_url: String,
     hold: Duration,
+    fifo: bool,
 }
 
 impl Peek {
     /// `hold`: how long each received message stays invisible during the
     /// scan; it must outlast the scan, or messages are seen twice (which
-    /// the scan notices and skips).
+    /// the scan notices and skips). A FIFO queue's name ends in `.fifo`
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-queues-understanding-logic.html>).
     pub fn new(sqs: aws_sdk_sqs::Client, dlq_url: impl Into<String>, hold: Duration) -> Self {
+        let dlq_url = dlq_url.into();
         Self {
+            fifo: dlq_url.ends_with(".fifo"),
             sqs,
-            dlq_url: dlq_url.into(),
+            dlq_url,
             hold,
         }
+    }
+
+    pub fn is_fifo(&self) -> bool {
+        self.fifo
     }
 
     pub async fn depth(&self) -> Result<Depth, DlqError> {
@@ -207,7 +316,7 @@ impl Peek {
             .sqs
             .receive_message()
             .queue_url(&self.dlq_url)
-            .max_number_of_messages(10)
+            .max_number_of_messages(MAX_RECEIVE as i32)
             .wait_time_seconds(1)
             .visibility_timeout(i32::try_from(self.hold.as_secs()).unwrap_or(43_200).max(1))
             .message_attribute_names("All")
@@ -224,30 +333,91 @@ impl Peek {
 
     /// Every message of the DLQ once (up to `limit`), in receive order.
     /// Call [`Peek::release`] afterwards to make them visible again.
+    ///
+    /// On a FIFO queue, each group a full response may have cut short is
+    /// then released alone and read again from its head, until no group
+    /// brings anything new; what still could not be read is counted in
+    /// [`Scan::unseen`].
     pub async fn scan(
         &self,
         limit: Option<usize>,
         mut progress: impl FnMut(usize),
-    ) -> Result<Vec<DeadMessage>, DlqError> {
-        let mut seen = HashSet::new();
-        let mut all = Vec::new();
-        let mut empty = 0;
-        // Two empty long polls in a row: the queue has nothing visible left.
-        while empty < 2 && limit.is_none_or(|l| all.len() < l) {
-            let batch = self.receive().await?;
-            let fresh: Vec<DeadMessage> = batch
-                .into_iter()
-                .filter(|m| seen.insert(m.message_id.clone()))
-                .collect();
-            if fresh.is_empty() {
-                empty += 1;
-                continue;
+    ) -> Result<Scan, DlqError> {
+        let mut sweep = Sweep::default();
+        let mut order: Vec<String> = Vec::new();
+        let mut held: HashMap<String, DeadMessage> = HashMap::new();
+        let full = |n: usize| limit.is_some_and(|l| n >= l);
+        let mut take = |batch: Vec<DeadMessage>,
+                        sweep: &mut Sweep,
+                        order: &mut Vec<String>,
+                        held: &mut HashMap<String, DeadMessage>| {
+            let fresh = sweep.note(&batch);
+            let mut any = false;
+            for (m, new) in batch.into_iter().zip(fresh) {
+                if new {
+                    if full(order.len()) {
+                        // Past the limit: not part of the scan.
+                        continue;
+                    }
+                    order.push(m.message_id.clone());
+                    any = true;
+                }
+                // The newest receipt handle is the one that can release it.
+                held.insert(m.message_id.clone(), m);
             }
-            empty = 0;
-            all.extend(fresh);
-            progress(all.len());
+            if any {
+                progress(order.len());
+            }
+            any
+        };
+        let mut empty = 0;
+        // Two empty long polls in a row: the queue has nothing visible left
+        // to give.
+        while empty < 2 && !full(order.len()) {
+            let batch = self.receive().await?;
+            if take(batch, &mut sweep, &mut order, &mut held) {
+                empty = 0;
+            } else {
+                empty += 1;
+            }
         }
-        Ok(all)
+        if self.fifo {
+            while !full(order.len()) {
+                let Some(group) = sweep.next_cut() else { break };
+                let of_group: Vec<DeadMessage> = held
+                    .values()
+                    .filter(|m| m.group_id() == Some(group.as_str()))
+                    .cloned()
+                    .collect();
+                self.release(&of_group).await;
+                let batch = self.receive().await?;
+                take(batch, &mut sweep, &mut order, &mut held);
+            }
+        }
+        let unseen = if self.fifo && !full(order.len()) {
+            self.unseen(held.len()).await?
+        } else {
+            0
+        };
+        // Messages received past the limit are held too: release them.
+        let (messages, extra): (Vec<DeadMessage>, Vec<DeadMessage>) = {
+            let mut messages = Vec::with_capacity(order.len());
+            for id in &order {
+                if let Some(m) = held.remove(id) {
+                    messages.push(m);
+                }
+            }
+            (messages, held.into_values().collect())
+        };
+        self.release(&extra).await;
+        Ok(Scan { messages, unseen })
+    }
+
+    /// About how many messages the DLQ holds beyond the `present` this
+    /// process has read and still holds. Approximate, as SQS's counts are
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_GetQueueAttributes.html>).
+    pub async fn unseen(&self, present: usize) -> Result<u64, DlqError> {
+        Ok(self.depth().await?.total().saturating_sub(present as u64))
     }
 
     /// Makes messages visible again at once (10 per call). Handles that
@@ -314,7 +484,7 @@ mod tests {
             ("idemq-attempts", "1"),
             ("idemq-failed-at", "2026-12-01T10:00:00Z"),
         ]);
-        let c = Context::of(&m, None);
+        let c = Context::of(&m, None, None);
         assert_eq!(c.job_id.as_deref(), Some("j-1"));
         assert_eq!(c.attempts, Some(1));
         assert_eq!(c.last_error.as_deref(), Some("amount 0 is not positive"));
@@ -342,7 +512,7 @@ mod tests {
             source_queue: "ledger".into(),
             payload_hash: "h".into(),
         };
-        let c = Context::of(&m, Some(&record));
+        let c = Context::of(&m, None, Some(&record));
         assert_eq!(
             (c.attempts, c.source_queue.as_deref()),
             (Some(6), Some("ledger"))
@@ -354,12 +524,138 @@ mod tests {
 
     #[test]
     fn without_anything_failed_at_is_the_send_time() {
-        let c = Context::of(&msg(&[]), None);
+        let c = Context::of(&msg(&[]), None, None);
         assert_eq!(
             c.failed_at,
             Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_000))
         );
         assert_eq!(c.job_id, None);
         assert_eq!(c.error_line(), "");
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    fn dead(id: &str, body: &str, attr: Option<&str>, group: Option<&str>) -> DeadMessage {
+        let mut attributes = HashMap::new();
+        if let Some(a) = attr {
+            attributes.insert(
+                JOB_ID_ATTRIBUTE.to_string(),
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(a)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        let mut system = HashMap::new();
+        if let Some(g) = group {
+            system.insert(Sys::MessageGroupId, g.to_string());
+        }
+        DeadMessage {
+            message_id: id.into(),
+            receipt_handle: format!("rh-{id}"),
+            body: body.into(),
+            attributes,
+            system,
+        }
+    }
+
+    /// The consumer writes a failure record under the id it resolved
+    /// (attribute, else body pointer, else MessageId); the CLI must look it
+    /// up under the same id, not the attribute alone.
+    #[test]
+    fn records_are_keyed_by_the_id_the_consumer_resolved() {
+        let r = JobIdResolver::new().with_body_pointer("/ref");
+        let by_attr = dead("m-1", r#"{"ref":"p-9"}"#, Some("j-1"), None);
+        assert_eq!(by_attr.record_key(&r), (Some("j-1".into()), "m-1".into()));
+        let by_pointer = dead("m-2", r#"{"ref":"p-2"}"#, None, None);
+        assert_eq!(
+            by_pointer.record_key(&r),
+            (Some("p-2".into()), "m-2".into())
+        );
+        assert_eq!(by_pointer.resolve(&r).unwrap().1, JobIdSource::BodyPointer);
+        let by_message_id = dead("m-3", r#"{"x":1}"#, None, None);
+        assert_eq!(
+            by_message_id.record_key(&r),
+            (Some("m-3".into()), "m-3".into())
+        );
+        // A pointer naming an object is refused by the consumer; its record
+        // is under the message id.
+        let invalid = dead("m-4", r#"{"ref":{"a":1}}"#, None, None);
+        assert_eq!(invalid.record_key(&r), (None, "m-4".into()));
+
+        let c = Context::of(&by_pointer, Some("p-2"), None);
+        assert_eq!(c.job_id.as_deref(), Some("p-2"), "the resolved id is shown");
+    }
+
+    /// A sender can forge `idemq-source-queue`; SQS's own
+    /// `DeadLetterQueueSourceArn` outranks it.
+    #[test]
+    fn the_source_sqs_reports_outranks_the_attribute() {
+        let mut m = dead("m-1", "{}", Some("j"), None);
+        m.attributes.insert(
+            ATTR_SOURCE_QUEUE.to_string(),
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("admin-commands")
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(
+            Context::of(&m, None, None).source_queue.as_deref(),
+            Some("admin-commands"),
+            "only the attribute: shown as it is"
+        );
+        m.system.insert(
+            Sys::DeadLetterQueueSourceArn,
+            "arn:aws:sqs:us-east-1:1:orders".into(),
+        );
+        assert_eq!(
+            Context::of(&m, None, None).source_queue.as_deref(),
+            Some("orders")
+        );
+        assert_eq!(m.source_queue_attribute(), Some("admin-commands"));
+    }
+
+    /// Only a full response can cut a FIFO group short, and a group is
+    /// swept again only when it brought something new: the sweep ends.
+    #[test]
+    fn a_sweep_marks_groups_a_full_response_may_have_cut() {
+        let mut sweep = Sweep::default();
+        let first: Vec<DeadMessage> = (1..=6)
+            .map(|i| dead(&format!("a{i}"), "", None, Some("A")))
+            .chain((1..=4).map(|i| dead(&format!("b{i}"), "", None, Some("B"))))
+            .collect();
+        assert!(sweep.note(&first).iter().all(|f| *f));
+        let small = vec![dead("c1", "", None, Some("C"))];
+        assert_eq!(sweep.note(&small), vec![true]);
+        assert_eq!(sweep.next_cut().as_deref(), Some("A"));
+        assert_eq!(sweep.next_cut().as_deref(), Some("B"));
+        assert_eq!(
+            sweep.next_cut(),
+            None,
+            "C came in a response with room left"
+        );
+
+        // B again from its head, now with what was behind it.
+        let again: Vec<DeadMessage> = (1..=6)
+            .map(|i| dead(&format!("b{i}"), "", None, Some("B")))
+            .collect();
+        assert_eq!(
+            sweep.note(&again),
+            vec![false, false, false, false, true, true]
+        );
+        assert_eq!(sweep.seen(), 13, "counted by MessageId");
+        // A full response of nothing new never queues its group again.
+        let stale: Vec<DeadMessage> = (1..=10)
+            .map(|i| dead(&format!("a{i}"), "", None, Some("A")))
+            .take(6)
+            .chain((1..=4).map(|i| dead(&format!("b{i}"), "", None, Some("B"))))
+            .collect();
+        assert!(sweep.note(&stale).iter().all(|f| !*f));
+        assert_eq!(sweep.next_cut(), None);
     }
 }

@@ -8,8 +8,11 @@
 //! the copy by its `idemq-job-id`). Nothing is lost; at worst something is
 //! delivered twice, which is what idemq is for.
 //!
-//! Messages are sent exactly as they were: body, every attribute, FIFO group
-//! and deduplication id. Requests: one receive, one `SendMessageBatch` and one
+//! Messages are sent as they were: body, every producer attribute, FIFO
+//! group and deduplication id; their `idemq-*` attributes are replaced by
+//! one `idemq-job-id`, the id the consumer resolved for them, so a job known
+//! only by its MessageId (which SQS changes on the way back) stays the same
+//! job. Requests: one receive, one `SendMessageBatch` and one
 //! `DeleteMessageBatch` per 10 messages.
 
 use std::collections::{HashMap, HashSet};
@@ -21,8 +24,9 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use futures_util::future::join_all;
 use serde::Serialize;
 
-use super::peek::{Context, DeadMessage, Peek};
+use super::peek::{Context, DeadMessage, Peek, Sweep};
 use super::{DeadLetters, DlqError};
+use crate::job::JobIdResolver;
 use crate::producer::{Job, Producer};
 use crate::queue::url_of_arn;
 
@@ -55,7 +59,74 @@ impl Filter {
             .is_none_or(|u| c.failed_at.is_some_and(|t| t <= u));
         id_ok && error_ok && since_ok && until_ok
     }
+
+    /// Whether `--error-contains` can judge this letter at all: a letter
+    /// with no recorded error (no failure record, no `idemq-error`) never
+    /// matches, and the operator is told how many there were.
+    pub fn can_judge(&self, c: &Context) -> bool {
+        self.error_contains.is_none() || !c.error_line().is_empty()
+    }
 }
+
+/// A redrive pace in messages per second, checked so that the wait it
+/// implies is a real duration: `--rate 1e-300` would be one message every
+/// 10^292 years, which no `Duration` holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate(f64);
+
+/// A `--rate` that is not a usable pace.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("--rate {}: {why}", show_number(*value))]
+pub struct InvalidRate {
+    pub value: f64,
+    pub why: String,
+}
+
+/// A number as an operator would type it: `1e-300`, not 300 zeros.
+fn show_number(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-3..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
+impl Rate {
+    /// The slowest pace: one message a day.
+    pub const MIN_PER_SECOND: f64 = 1.0 / 86_400.0;
+
+    pub fn per_second(value: f64) -> Result<Self, InvalidRate> {
+        if !value.is_finite() || value <= 0.0 {
+            return Err(InvalidRate {
+                value,
+                why: "must be a positive number of messages per second".into(),
+            });
+        }
+        if value < Self::MIN_PER_SECOND {
+            return Err(InvalidRate {
+                value,
+                why: format!(
+                    "is slower than the slowest pace, one message a day ({:e}/s)",
+                    Self::MIN_PER_SECOND
+                ),
+            });
+        }
+        Ok(Self(value))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The time `n` messages take at this pace; at most `n` days.
+    pub fn interval(self, n: usize) -> Duration {
+        Duration::try_from_secs_f64(n as f64 / self.0).unwrap_or(Duration::MAX)
+    }
+}
+
+/// Receive loops at most (`--concurrency`): each holds up to 10 messages
+/// and one request in flight; more only adds throttling.
+pub const MAX_CONCURRENCY: usize = 32;
 
 #[derive(Debug, Clone)]
 pub struct RedriveOptions {
@@ -63,13 +134,17 @@ pub struct RedriveOptions {
     /// At most this many messages.
     pub max: Option<usize>,
     /// At most this many messages per second.
-    pub rate: Option<f64>,
+    pub rate: Option<Rate>,
     /// List what would move; move nothing.
     pub dry_run: bool,
     /// Send everything here instead of to each message's source queue.
     pub to: Option<String>,
-    /// Receive loops at once.
+    /// Receive loops at once (1 to [`MAX_CONCURRENCY`]).
     pub concurrency: usize,
+    /// Finds each message's job id as the consumer does (the
+    /// `idemq-job-id` attribute, the body pointer, the MessageId): the id
+    /// its failure record is under, and the `idemq-job-id` its copy carries.
+    pub resolver: JobIdResolver,
 }
 
 impl Default for RedriveOptions {
@@ -81,6 +156,7 @@ impl Default for RedriveOptions {
             dry_run: false,
             to: None,
             concurrency: 4,
+            resolver: JobIdResolver::new(),
         }
     }
 }
@@ -92,11 +168,18 @@ pub struct RedriveReport {
     pub moved: Vec<Context>,
     /// Seen and left in place (did not match, or past `--max`).
     pub skipped: usize,
+    /// Of the skipped: letters `--error-contains` could not judge, having
+    /// no recorded error.
+    pub unjudged: usize,
     /// Could not be moved: (message id, why). They stay in the DLQ.
     pub failed: Vec<(String, String)>,
     /// Sent, but the delete from the DLQ failed: it will be delivered again
     /// by a rerun, and absorbed as a duplicate.
     pub sent_not_deleted: Vec<String>,
+    /// About how many letters the redrive could not read at all (FIFO
+    /// groups blocked behind letters it left in place); 0 on a standard
+    /// queue or when `--max` ended the run.
+    pub unseen: u64,
 }
 
 /// Progress after each batch: (moved so far, seen so far).
@@ -104,7 +187,7 @@ pub type Progress<'a> = &'a (dyn Fn(usize, usize) + Sync);
 
 /// Shared state of the receive loops.
 struct Run {
-    seen: HashSet<String>,
+    sweep: Sweep,
     /// Received and left alone: made visible again at the end.
     held: HashMap<String, DeadMessage>,
     report: RedriveReport,
@@ -119,8 +202,8 @@ pub struct Redrive<'a> {
     options: RedriveOptions,
     producers: tokio::sync::Mutex<HashMap<String, Producer>>,
     destinations: tokio::sync::Mutex<HashMap<String, Result<String, String>>>,
-    /// The DLQ's sources (`ListDeadLetterSourceQueues`), for messages that
-    /// name none.
+    /// The DLQ's sources (`ListDeadLetterSourceQueues`): the only queues a
+    /// letter goes back to without `--to`.
     sources: Vec<String>,
 }
 
@@ -144,19 +227,65 @@ impl<'a> Redrive<'a> {
 
     pub async fn run(&self, progress: Progress<'_>) -> Result<RedriveReport, DlqError> {
         let run = Mutex::new(Run {
-            seen: HashSet::new(),
+            sweep: Sweep::default(),
             held: HashMap::new(),
             report: RedriveReport::default(),
             budget: self.options.max,
             next_slot: Instant::now(),
         });
-        let loops = (0..self.options.concurrency.max(1)).map(|_| self.receive_loop(&run, progress));
-        let results = join_all(loops).await;
+        let concurrency = self.options.concurrency.clamp(1, MAX_CONCURRENCY);
+        let loops = (0..concurrency).map(|_| self.receive_loop(&run, progress));
+        let mut result = join_all(loops)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(|_| ());
+        if result.is_ok() && self.peek.is_fifo() {
+            result = self.sweep_fifo_groups(&run, progress).await;
+        }
         let mut run = run.into_inner().expect("no loop panicked holding the lock");
+        if result.is_ok() && self.peek.is_fifo() && run.budget != Some(0) {
+            // What is still in the DLQ: the letters left in place, the ones
+            // whose delete failed, and any this run never read.
+            let present = run.held.len() + run.report.sent_not_deleted.len();
+            result = self.peek.unseen(present).await.map(|n| {
+                run.report.unseen = n;
+            });
+        }
         let held: Vec<DeadMessage> = run.held.drain().map(|(_, m)| m).collect();
         self.peek.release(&held).await;
-        results.into_iter().collect::<Result<Vec<()>, _>>()?;
+        result?;
         Ok(run.report)
+    }
+
+    /// FIFO: a letter left in place blocks its group, so letters behind it
+    /// were never received. Each group a full response may have cut short
+    /// is released alone and received again, until none brings anything
+    /// new (see [`Sweep`]).
+    async fn sweep_fifo_groups(
+        &self,
+        run: &Mutex<Run>,
+        progress: Progress<'_>,
+    ) -> Result<(), DlqError> {
+        loop {
+            let of_group: Vec<DeadMessage> = {
+                let mut r = run.lock().expect("lock");
+                if r.budget == Some(0) {
+                    return Ok(());
+                }
+                let Some(group) = r.sweep.next_cut() else {
+                    return Ok(());
+                };
+                r.held
+                    .values()
+                    .filter(|m| m.group_id() == Some(group.as_str()))
+                    .cloned()
+                    .collect()
+            };
+            self.peek.release(&of_group).await;
+            let batch = self.peek.receive().await?;
+            self.handle(run, batch, progress).await?;
+        }
     }
 
     async fn receive_loop(&self, run: &Mutex<Run>, progress: Progress<'_>) -> Result<(), DlqError> {
@@ -166,58 +295,79 @@ impl<'a> Redrive<'a> {
                 return Ok(());
             }
             let batch = self.peek.receive().await?;
-            let records = match self.records {
-                Some(r) => {
-                    let keys: Vec<_> = batch.iter().map(DeadMessage::record_key).collect();
-                    r.read_many(&keys).await?
-                }
-                None => HashMap::new(),
-            };
-            let mut to_move = Vec::new();
-            let mut fresh = 0;
-            {
-                let mut run = run.lock().expect("lock");
-                for msg in batch {
-                    let context = Context::of(&msg, records.get(&msg.record_key()));
-                    if !run.seen.insert(msg.message_id.clone()) {
-                        // Came back after its hold: still left alone, newest handle kept.
-                        if run.held.contains_key(&msg.message_id) {
-                            run.held.insert(msg.message_id.clone(), msg);
-                        }
-                        continue;
-                    }
-                    fresh += 1;
-                    let within_budget = run.budget.is_none_or(|b| b > 0);
-                    if within_budget && self.options.filter.matches(&context) {
-                        if let Some(b) = run.budget.as_mut() {
-                            *b -= 1;
-                        }
-                        to_move.push((msg, context));
-                    } else {
-                        run.report.skipped += 1;
-                        run.held.insert(msg.message_id.clone(), msg);
-                    }
-                }
-            }
-            if fresh == 0 {
-                empty += 1;
-                continue;
-            }
-            empty = 0;
-            if self.options.dry_run {
-                let mut run = run.lock().expect("lock");
-                for (msg, context) in to_move {
-                    run.report.moved.push(context);
-                    run.held.insert(msg.message_id.clone(), msg);
-                }
+            if self.handle(run, batch, progress).await? {
+                empty = 0;
             } else {
-                self.pace(run, to_move.len()).await;
-                self.move_batch(run, to_move).await;
+                empty += 1;
             }
-            let r = run.lock().expect("lock");
-            progress(r.report.moved.len(), r.seen.len());
         }
         Ok(())
+    }
+
+    /// Judges one received batch and moves what matches; returns whether it
+    /// held anything new.
+    async fn handle(
+        &self,
+        run: &Mutex<Run>,
+        batch: Vec<DeadMessage>,
+        progress: Progress<'_>,
+    ) -> Result<bool, DlqError> {
+        let resolver = &self.options.resolver;
+        let records = match self.records {
+            Some(r) => {
+                let keys: Vec<_> = batch.iter().map(|m| m.record_key(resolver)).collect();
+                r.read_many(&keys).await?
+            }
+            None => HashMap::new(),
+        };
+        let mut to_move = Vec::new();
+        let mut fresh_any = false;
+        {
+            let mut run = run.lock().expect("lock");
+            let fresh = run.sweep.note(&batch);
+            for (msg, fresh) in batch.into_iter().zip(fresh) {
+                if !fresh {
+                    // Came back (after its hold, or released for its group):
+                    // still left alone, newest handle kept.
+                    if run.held.contains_key(&msg.message_id) {
+                        run.held.insert(msg.message_id.clone(), msg);
+                    }
+                    continue;
+                }
+                fresh_any = true;
+                let key = msg.record_key(resolver);
+                let context = Context::of(&msg, key.0.as_deref(), records.get(&key));
+                let within_budget = run.budget.is_none_or(|b| b > 0);
+                if within_budget && self.options.filter.matches(&context) {
+                    if let Some(b) = run.budget.as_mut() {
+                        *b -= 1;
+                    }
+                    to_move.push((msg, context));
+                } else {
+                    run.report.skipped += 1;
+                    if !self.options.filter.can_judge(&context) {
+                        run.report.unjudged += 1;
+                    }
+                    run.held.insert(msg.message_id.clone(), msg);
+                }
+            }
+        }
+        if !fresh_any {
+            return Ok(false);
+        }
+        if self.options.dry_run {
+            let mut run = run.lock().expect("lock");
+            for (msg, context) in to_move {
+                run.report.moved.push(context);
+                run.held.insert(msg.message_id.clone(), msg);
+            }
+        } else if !to_move.is_empty() {
+            self.pace(run, to_move.len()).await;
+            self.move_batch(run, to_move).await;
+        }
+        let r = run.lock().expect("lock");
+        progress(r.report.moved.len(), r.sweep.seen());
+        Ok(true)
     }
 
     /// Waits until `n` more messages fit under `--rate`.
@@ -228,7 +378,7 @@ impl<'a> Redrive<'a> {
         let at = {
             let mut run = run.lock().expect("lock");
             let at = run.next_slot.max(Instant::now());
-            run.next_slot = at + Duration::from_secs_f64(n as f64 / rate);
+            run.next_slot = at.checked_add(rate.interval(n)).unwrap_or(at);
             at
         };
         tokio::time::sleep_until(at.into()).await;
@@ -237,11 +387,28 @@ impl<'a> Redrive<'a> {
     /// Sends one received batch to its destinations, then deletes from the
     /// DLQ exactly the messages whose copy SQS accepted.
     async fn move_batch(&self, run: &Mutex<Run>, batch: Vec<(DeadMessage, Context)>) {
-        let mut by_destination: HashMap<String, Vec<(DeadMessage, Context)>> = HashMap::new();
+        let mut by_destination: HashMap<String, Vec<(DeadMessage, Context, String)>> =
+            HashMap::new();
         let mut failed = Vec::new();
         for (msg, context) in batch {
+            // The copy carries the id the consumer resolved: SQS gives it a
+            // new MessageId, so a job known by its MessageId keeps the old
+            // one only this way.
+            let job_id = match msg.resolve(&self.options.resolver) {
+                Ok((id, _)) => id,
+                Err(e) => {
+                    failed.push((
+                        msg,
+                        format!("no valid job id ({e}): the consumer would refuse it again"),
+                    ));
+                    continue;
+                }
+            };
             match self.destination(&msg).await {
-                Ok(url) => by_destination.entry(url).or_default().push((msg, context)),
+                Ok(url) => by_destination
+                    .entry(url)
+                    .or_default()
+                    .push((msg, context, job_id)),
                 Err(why) => failed.push((msg, why)),
             }
         }
@@ -250,16 +417,16 @@ impl<'a> Redrive<'a> {
             let producer = match self.producer(&url).await {
                 Ok(p) => p,
                 Err(why) => {
-                    failed.extend(items.into_iter().map(|(m, _)| (m, why.clone())));
+                    failed.extend(items.into_iter().map(|(m, _, _)| (m, why.clone())));
                     continue;
                 }
             };
             let back_to_source = self.options.to.is_none();
             let jobs = items
                 .iter()
-                .map(|(m, _)| {
+                .map(|(m, _, job_id)| {
                     Job::as_received(
-                        m.job_id().unwrap_or(&m.message_id),
+                        job_id.clone(),
                         m.body.clone(),
                         m.attributes.clone(),
                         m.group_id().map(str::to_owned),
@@ -268,7 +435,7 @@ impl<'a> Redrive<'a> {
                 })
                 .collect();
             let results = producer.send_batch(jobs).await;
-            for ((msg, context), (_, result)) in items.into_iter().zip(results) {
+            for ((msg, context, _), (_, result)) in items.into_iter().zip(results) {
                 match result {
                     Ok(_) => sent.push((msg, context)),
                     Err(e) => failed.push((msg, e.to_string())),
@@ -302,42 +469,41 @@ impl<'a> Redrive<'a> {
             .collect()
     }
 
-    /// Where a dead letter goes: `--to`, else the queue SQS's redrive took
-    /// it from, else the `idemq-source-queue` it was dead-lettered from by
-    /// idemq, else the DLQ's only source queue.
+    /// Where a dead letter goes, from SQS's own data only: `--to`, else
+    /// the queue SQS's redrive took it from (`DeadLetterQueueSourceArn`, a
+    /// system attribute no sender can set), else its `idemq-source-queue`
+    /// when that names one of the DLQ's real source queues
+    /// (`ListDeadLetterSourceQueues`), else the DLQ's only source queue.
+    /// Any sender can write `idemq-*` attributes, so one naming another
+    /// queue is never followed.
     async fn destination(&self, msg: &DeadMessage) -> Result<String, String> {
         if let Some(to) = &self.options.to {
             return Ok(to.clone());
         }
-        let key = match (msg.source_arn(), Context::of(msg, None).source_queue) {
-            (Some(arn), _) => format!("arn:{arn}"),
-            (None, Some(name)) => format!("name:{name}"),
-            (None, None) => {
-                return match self.sources.as_slice() {
-                    [only] => Ok(only.clone()),
-                    [] => Err("no source queue known (not redriven by SQS, no idemq-source-queue); pass --to".into()),
-                    _ => Err("the DLQ has several source queues and the message names none; pass --to".into()),
-                };
+        if let Some(arn) = msg.source_arn() {
+            let key = format!("arn:{arn}");
+            let mut cache = self.destinations.lock().await;
+            if let Some(found) = cache.get(&key) {
+                return found.clone();
             }
-        };
-        let mut cache = self.destinations.lock().await;
-        if let Some(found) = cache.get(&key) {
-            return found.clone();
-        }
-        let sqs = self.peek.sqs();
-        let found = match key.split_once(':') {
-            Some(("arn", arn)) => url_of_arn(sqs, arn).await.map_err(|e| e.to_string()),
-            Some((_, name)) => sqs
-                .get_queue_url()
-                .queue_name(name)
-                .send()
+            let found = url_of_arn(self.peek.sqs(), arn)
                 .await
-                .map(|o| o.queue_url().unwrap_or_default().to_owned())
-                .map_err(|e| format!("source queue {name}: {}", DisplayErrorContext(e))),
-            None => Err("unreachable key".into()),
-        };
-        cache.insert(key, found.clone());
-        found
+                .map_err(|e| e.to_string());
+            cache.insert(key, found.clone());
+            return found;
+        }
+        let named = msg.source_queue_attribute();
+        if let Some(url) = named.and_then(|name| source_named(&self.sources, name)) {
+            return Ok(url.to_owned());
+        }
+        match self.sources.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err("no source queue known (not redriven by SQS, and the DLQ has no source queue); pass --to".into()),
+            _ => Err(match named {
+                Some(_) => "its idemq-source-queue names none of the DLQ's source queues, and the DLQ has several; pass --to".into(),
+                None => "the DLQ has several source queues and the message names none; pass --to".into(),
+            }),
+        }
     }
 
     async fn producer(&self, url: &str) -> Result<Producer, String> {
@@ -351,6 +517,15 @@ impl<'a> Redrive<'a> {
         producers.insert(url.to_owned(), p.clone());
         Ok(p)
     }
+}
+
+/// The source queue URL whose queue name is `name`, if any (a queue URL
+/// ends with its name).
+pub fn source_named<'s>(sources: &'s [String], name: &str) -> Option<&'s str> {
+    sources
+        .iter()
+        .find(|url| url.rsplit('/').next() == Some(name))
+        .map(String::as_str)
 }
 
 /// SQS's FIFO deduplication interval, plus a margin for clock skew.
@@ -578,5 +753,70 @@ mod tests {
             !f.matches(&unknown_time),
             "a time filter never matches an unknown time"
         );
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+
+    /// `--rate 1e-300` made `Duration::from_secs_f64` panic on infinity.
+    #[test]
+    fn a_rate_is_a_usable_pace_or_refused() {
+        for bad in [1e-300, 0.0, -1.0, f64::NAN, f64::INFINITY, 1.0 / 86_401.0] {
+            let err = Rate::per_second(bad).unwrap_err();
+            assert!(err.to_string().starts_with("--rate "), "{err}");
+        }
+        assert!(
+            Rate::per_second(1e-300)
+                .unwrap_err()
+                .to_string()
+                .starts_with("--rate 1e-300: ")
+        );
+        let slowest = Rate::per_second(Rate::MIN_PER_SECOND).unwrap();
+        assert_eq!(slowest.interval(1).as_secs(), 86_400);
+        assert!(slowest.interval(10) < Duration::from_secs(11 * 86_400));
+        let fast = Rate::per_second(f64::MAX).unwrap();
+        assert_eq!(fast.interval(10), Duration::ZERO);
+        assert_eq!(
+            Rate::per_second(400.0).unwrap().interval(10),
+            Duration::from_millis(25)
+        );
+    }
+
+    #[test]
+    fn a_source_queue_attribute_must_name_a_real_source() {
+        let sources = vec![
+            "http://localhost/000000000000/orders".to_string(),
+            "http://localhost/000000000000/payments".to_string(),
+        ];
+        assert_eq!(
+            source_named(&sources, "payments"),
+            Some("http://localhost/000000000000/payments")
+        );
+        assert_eq!(source_named(&sources, "admin-commands"), None);
+        assert_eq!(source_named(&sources, "000000000000"), None);
+    }
+
+    #[test]
+    fn letters_without_an_error_cannot_be_judged_by_error_contains() {
+        let mut c = Context {
+            job_id: None,
+            message_id: "m".into(),
+            attempts: None,
+            last_error: None,
+            error_chain: vec![],
+            failed_at: None,
+            source_queue: None,
+            payload_bytes: 0,
+        };
+        let f = Filter {
+            error_contains: Some("outage".into()),
+            ..Filter::default()
+        };
+        assert!(!f.matches(&c) && !f.can_judge(&c));
+        assert!(Filter::default().can_judge(&c));
+        c.last_error = Some("other".into());
+        assert!(!f.matches(&c) && f.can_judge(&c));
     }
 }

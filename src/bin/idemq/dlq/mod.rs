@@ -1,0 +1,598 @@
+//! `idemq dlq`: see why every dead letter died, and replay it without
+//! losing or doubling anything.
+//!
+//! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
+//! and SQS's move task), [`archive`] (export, import). This file holds the
+//! arguments, their bounds, and the checks every command shares.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use idemq::TableLayout;
+use idemq::config::{DEFAULT_MARKER_TTL, IdempotencyConfig};
+use idemq::dlq::DeadLetters;
+use idemq::dlq::peek::{Context, DeadMessage, Peek};
+use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions, dead_letter_sources};
+use idemq::job::JobIdResolver;
+use idemq::queue::{QueueError, QueueInfo};
+
+use crate::usage_error;
+
+mod archive;
+mod read;
+mod redrive;
+
+/// SQS's longest visibility timeout, 12 hours
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html>,
+/// `VisibilityTimeout`: 0 to 43,200 seconds).
+const MAX_HOLD_SECS: u64 = 43_200;
+
+#[derive(Debug, clap::Args)]
+pub struct DlqArgs {
+    #[command(subcommand)]
+    command: DlqCommand,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct Common {
+    /// The dead-letter queue.
+    #[arg(long, env = "IDEMQ_DLQ_URL")]
+    dlq_url: String,
+    /// The idemq table, for failure records (the whole error chain). Key
+    /// names and prefix come from IDEMQ_ATTR_PK / IDEMQ_KEY_PREFIX, as for
+    /// the consumer.
+    #[arg(long, env = "IDEMQ_TABLE")]
+    table: Option<String>,
+    /// Seconds each message stays invisible while it is read; then it is
+    /// made visible again (1 to 43200, SQS's 12-hour limit).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_HOLD_SECS))]
+    hold_secs: u64,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum DlqCommand {
+    /// Depth, age of the oldest message, counts by error, source queues.
+    Stats {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One row per dead letter (JSON lines with --json).
+    List {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The whole context of one dead letter, by job id or message id.
+    Show {
+        #[command(flatten)]
+        common: Common,
+        id: String,
+        /// Print the payload too (it may hold personal data).
+        #[arg(long)]
+        payload: bool,
+    },
+    /// Move dead letters back to their source queue: sent first, then
+    /// deleted, so a kill at any instant loses nothing. Each copy carries
+    /// idemq-job-id = the id the consumer resolved (attribute, body pointer
+    /// IDEMQ_JOB_ID_POINTER, else the DLQ MessageId).
+    Redrive {
+        #[command(flatten)]
+        common: Common,
+        /// Only this job id or message id (repeatable).
+        #[arg(long = "job-id")]
+        job_ids: Vec<String>,
+        /// Only those whose last error contains this (case-insensitive).
+        #[arg(long)]
+        error_contains: Option<String>,
+        /// Only those that failed at or after this: a time
+        /// (2026-12-01T10:00:00Z) or a duration ago (2h).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only those that failed at or before this.
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long)]
+        max: Option<usize>,
+        /// Messages per second (at least 1/86400, one a day; with --native
+        /// 1 to 500).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// List what would move; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Send here instead of to each message's source queue.
+        #[arg(long)]
+        to: Option<String>,
+        /// SQS's own StartMessageMoveTask: every message, up to 500/s. It
+        /// cannot stamp idemq-job-id, so it refuses while any letter lacks
+        /// one (unless --force).
+        #[arg(long)]
+        native: bool,
+        /// With --native: move even letters without idemq-job-id (SQS gives
+        /// each a new MessageId, so a job known by its MessageId is applied
+        /// again).
+        #[arg(long, requires = "native")]
+        force: bool,
+        /// Cancel the running native move task.
+        #[arg(long)]
+        cancel: bool,
+        /// Receive loops at once (1 to 32).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=MAX_CONCURRENCY as u64))]
+        concurrency: u64,
+    },
+    /// Write every dead letter with its attributes and context as JSON lines
+    /// (a new file, mode 0600).
+    Export {
+        #[command(flatten)]
+        common: Common,
+        file: PathBuf,
+        /// Delete the exported messages from the DLQ once the file is
+        /// written and read back.
+        #[arg(long)]
+        delete: bool,
+        /// Replace the file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Send the messages of an export to a queue, as they were, each with
+    /// idemq-job-id = the id the consumer resolved.
+    Import {
+        file: PathBuf,
+        #[arg(long)]
+        to: String,
+    },
+}
+
+pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    // The consumer's own job-id resolver: records are stored, and copies
+    // stamped, under the id it resolves.
+    let resolver = match IdempotencyConfig::from_env() {
+        Ok(c) => c.job_id,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let common = match &args.command {
+        DlqCommand::Stats { common, .. }
+        | DlqCommand::List { common, .. }
+        | DlqCommand::Show { common, .. }
+        | DlqCommand::Redrive { common, .. }
+        | DlqCommand::Export { common, .. } => Some(common.clone()),
+        DlqCommand::Import { .. } => None,
+    };
+    let explicit_destination = matches!(&args.command, DlqCommand::Redrive { to: Some(_), .. });
+    // Every flag is checked before the first request.
+    let plan = match args.command {
+        DlqCommand::Redrive {
+            job_ids,
+            error_contains,
+            since,
+            until,
+            max,
+            rate,
+            dry_run,
+            to,
+            native,
+            force,
+            cancel,
+            concurrency,
+            ..
+        } => {
+            let plan = redrive_plan(
+                build_filter(job_ids, error_contains, since.as_deref(), until.as_deref()),
+                max,
+                rate,
+                dry_run,
+                to,
+                (native, force, cancel),
+                concurrency,
+                resolver.clone(),
+            );
+            match plan {
+                Ok(p) => Plan::Redrive(p),
+                Err(msg) => return usage_error(&msg),
+            }
+        }
+        other => Plan::Other(other),
+    };
+    let ctx = match common {
+        Some(c) => {
+            match Ctx::open(sqs.clone(), ddb, c, resolver.clone(), explicit_destination).await {
+                Ok(ctx) => Some(ctx),
+                Err(OpenError::Usage(msg)) => return usage_error(&msg),
+                Err(OpenError::Aws(msg)) => {
+                    eprintln!("idemq dlq: {msg}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        None => None,
+    };
+    let result = match (plan, ctx) {
+        (
+            Plan::Redrive(RedrivePlan::Native {
+                cancel,
+                force,
+                to,
+                rate,
+            }),
+            Some(ctx),
+        ) => ctx.native(cancel, force, to.as_deref(), rate).await,
+        (Plan::Redrive(RedrivePlan::Ours(options)), Some(ctx)) => ctx.redrive(options).await,
+        (Plan::Other(DlqCommand::Stats { json, .. }), Some(ctx)) => ctx.stats(json).await,
+        (Plan::Other(DlqCommand::List { json, .. }), Some(ctx)) => ctx.list(json).await,
+        (Plan::Other(DlqCommand::Show { id, payload, .. }), Some(ctx)) => {
+            ctx.show(&id, payload).await
+        }
+        (
+            Plan::Other(DlqCommand::Export {
+                file,
+                delete,
+                force,
+                ..
+            }),
+            Some(ctx),
+        ) => ctx.export(&file, delete, force).await,
+        (Plan::Other(DlqCommand::Import { file, to }), _) => {
+            archive::import(&sqs, &file, &to, &resolver).await
+        }
+        (_, _) => unreachable!("every command but import has common arguments"),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("idemq dlq: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
+
+/// A command with its flags checked.
+enum Plan {
+    Redrive(RedrivePlan),
+    Other(DlqCommand),
+}
+
+enum RedrivePlan {
+    Native {
+        cancel: bool,
+        force: bool,
+        to: Option<String>,
+        rate: Option<i32>,
+    },
+    Ours(RedriveOptions),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn redrive_plan(
+    filter: Result<Filter, String>,
+    max: Option<usize>,
+    rate: Option<f64>,
+    dry_run: bool,
+    to: Option<String>,
+    (native, force, cancel): (bool, bool, bool),
+    concurrency: u64,
+    resolver: JobIdResolver,
+) -> Result<RedrivePlan, String> {
+    let filter = filter?;
+    if native || cancel {
+        if filter != Filter::default() || max.is_some() || dry_run {
+            return Err(
+                "--native moves every message: filters, --max and --dry-run need the default redrive"
+                    .into(),
+            );
+        }
+        let rate = rate.map(native_rate).transpose()?;
+        return Ok(RedrivePlan::Native {
+            cancel,
+            force,
+            to,
+            rate,
+        });
+    }
+    let rate = rate
+        .map(Rate::per_second)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    Ok(RedrivePlan::Ours(RedriveOptions {
+        filter,
+        max,
+        rate,
+        dry_run,
+        to,
+        concurrency: usize::try_from(concurrency).unwrap_or(MAX_CONCURRENCY),
+        resolver,
+    }))
+}
+
+/// Why a command could not start: the operator's input (exit 2) or AWS
+/// (exit 1: throttling, an outage or a denied request is not a usage error).
+#[derive(Debug, PartialEq, Eq)]
+enum OpenError {
+    Usage(String),
+    Aws(String),
+}
+
+impl OpenError {
+    fn of_queue(url: &str, e: QueueError) -> Self {
+        match e {
+            QueueError::NotFound(_) => Self::Usage(format!("{url}: no such queue")),
+            other => Self::Aws(format!("cannot read queue {url}: {other}")),
+        }
+    }
+}
+
+/// What every subcommand on a DLQ needs, checked once.
+struct Ctx {
+    peek: Peek,
+    records: Option<DeadLetters>,
+    dlq: QueueInfo,
+    resolver: JobIdResolver,
+}
+
+impl Ctx {
+    /// Refuses, with one line, a queue that does not exist or is not a DLQ.
+    async fn open(
+        sqs: aws_sdk_sqs::Client,
+        ddb: aws_sdk_dynamodb::Client,
+        c: Common,
+        resolver: JobIdResolver,
+        explicit_destination: bool,
+    ) -> Result<Self, OpenError> {
+        if !(c.dlq_url.starts_with("https://") || c.dlq_url.starts_with("http://")) {
+            return Err(OpenError::Usage(format!(
+                "--dlq-url {:?} is not a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+                c.dlq_url
+            )));
+        }
+        // The same layout as the consumer's (IDEMQ_ATTR_*, IDEMQ_KEY_PREFIX),
+        // or records would be looked up under keys it never wrote.
+        let layout = match c.table.filter(|t| !t.is_empty()) {
+            Some(t) => Some(
+                TableLayout::from_env_with_table(Some(t))
+                    .map_err(|e| OpenError::Usage(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let dlq = QueueInfo::discover(&sqs, &c.dlq_url)
+            .await
+            .map_err(|e| OpenError::of_queue(&c.dlq_url, e))?;
+        let sources = dead_letter_sources(&sqs, &c.dlq_url).await.map_err(|e| {
+            OpenError::Aws(format!(
+                "cannot list the source queues of {}: {e}",
+                c.dlq_url
+            ))
+        })?;
+        if sources.is_empty() && !explicit_destination {
+            return Err(OpenError::Usage(format!(
+                "{} is not a dead-letter queue: no queue's RedrivePolicy names it (to move its messages anyway, pass --to)",
+                c.dlq_url
+            )));
+        }
+        let records = layout.map(|l| DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL));
+        Ok(Self {
+            peek: Peek::new(sqs, c.dlq_url, Duration::from_secs(c.hold_secs)),
+            records,
+            dlq,
+            resolver,
+        })
+    }
+
+    /// Every dead letter read, with its context, left invisible until
+    /// `release`; and about how many could not be read.
+    async fn scan(&self) -> Result<(Vec<(DeadMessage, Context)>, u64), Box<dyn std::error::Error>> {
+        let total = self.peek.depth().await?.total();
+        let bar = crate::progress::bar(total, "read");
+        let scan = self.peek.scan(None, |n| bar.set_position(n as u64)).await?;
+        bar.finish_and_clear();
+        let keys: Vec<_> = scan
+            .messages
+            .iter()
+            .map(|m| m.record_key(&self.resolver))
+            .collect();
+        let records = match &self.records {
+            Some(r) => r.read_many(&keys).await?,
+            None => Default::default(),
+        };
+        let items = scan
+            .messages
+            .into_iter()
+            .zip(keys)
+            .map(|(m, key)| {
+                let c = Context::of(&m, key.0.as_deref(), records.get(&key));
+                (m, c)
+            })
+            .collect();
+        Ok((items, scan.unseen))
+    }
+
+    async fn release(&self, items: &[(DeadMessage, Context)]) {
+        let messages: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
+        self.peek.release(&messages).await;
+    }
+}
+
+/// The line a command prints when it could not read every letter.
+fn unseen_warning(unseen: u64) -> String {
+    format!(
+        "incomplete: about {unseen} dead letters could not be read (SQS returns no further message \
+         of a FIFO group while one of its messages is in flight, and these sit behind more than 10 \
+         letters of their group); what is shown covers only the letters read"
+    )
+}
+
+/// `--rate` for SQS's move task: a whole number of messages per second,
+/// 1 to 500
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_StartMessageMoveTask.html>,
+/// `MaxNumberOfMessagesPerSecond`: "The maximum value for messages per
+/// second is 500").
+fn native_rate(r: f64) -> Result<i32, String> {
+    if r.is_finite() && (1.0..=500.0).contains(&r) && r.fract() == 0.0 {
+        Ok(r as i32)
+    } else {
+        Err(format!(
+            "--rate {r}: SQS's move task takes a whole number of messages per second, 1 to 500"
+        ))
+    }
+}
+
+fn build_filter(
+    job_ids: Vec<String>,
+    error_contains: Option<String>,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<Filter, String> {
+    let now = SystemTime::now();
+    let filter = Filter {
+        job_ids: job_ids.into_iter().collect(),
+        error_contains: error_contains.filter(|s| !s.is_empty()),
+        since: since.map(|s| parse_when("--since", s, now)).transpose()?,
+        until: until.map(|s| parse_when("--until", s, now)).transpose()?,
+    };
+    if let (Some(s), Some(u)) = (filter.since, filter.until)
+        && s > u
+    {
+        return Err("--since is after --until: nothing could match".into());
+    }
+    Ok(filter)
+}
+
+/// A time (RFC 3339) or a duration before `now` (`2h`, `30m`).
+fn parse_when(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime, String> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(value) {
+        return Ok(t);
+    }
+    if let Ok(d) = humantime::parse_duration(value) {
+        return now
+            .checked_sub(d)
+            .ok_or_else(|| format!("{flag} {value:?} reaches before 1970"));
+    }
+    Err(format!(
+        "{flag} {value:?} is neither a time (2026-12-01T10:00:00Z) nor a duration ago (2h)"
+    ))
+}
+
+/// `s` on one line, cut to `max` characters.
+fn one_line(s: &str, max: usize) -> String {
+    let flat = s.replace(['\n', '\r', '\t'], " ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn times_are_absolute_or_ago() {
+        let now = UNIX_EPOCH + Duration::from_secs(10_000);
+        assert_eq!(
+            parse_when("--since", "2h", now),
+            Ok(UNIX_EPOCH + Duration::from_secs(2_800))
+        );
+        assert_eq!(
+            parse_when("--since", "1970-01-01T00:00:05Z", now),
+            Ok(UNIX_EPOCH + Duration::from_secs(5))
+        );
+        let err = parse_when("--until", "yesterday", now).unwrap_err();
+        assert!(err.starts_with("--until \"yesterday\" is neither"), "{err}");
+    }
+
+    #[test]
+    fn filters_refuse_an_empty_window() {
+        let err = build_filter(
+            vec![],
+            None,
+            Some("2026-12-02T00:00:00Z"),
+            Some("2026-12-01T00:00:00Z"),
+        )
+        .unwrap_err();
+        assert!(err.contains("after --until"));
+        let f = build_filter(
+            vec!["a".into(), "a".into()],
+            Some(String::new()),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.job_ids.len(), 1);
+        assert_eq!(f.error_contains, None);
+    }
+
+    #[test]
+    fn one_line_flattens_and_cuts() {
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdef", 4), "abc…");
+    }
+
+    /// Only a missing queue is the operator's mistake (exit 2); anything
+    /// SQS answered with (throttling, an outage, a denial) exits 1.
+    #[test]
+    fn aws_failures_are_not_usage_errors() {
+        let url = "https://sqs.us-east-1.amazonaws.com/1/q";
+        assert!(matches!(
+            OpenError::of_queue(url, QueueError::NotFound(url.into())),
+            OpenError::Usage(m) if m.contains("no such queue")
+        ));
+        assert!(matches!(
+            OpenError::of_queue(url, QueueError::Sqs("ThrottlingException: Rate exceeded".into())),
+            OpenError::Aws(m) if m.contains("ThrottlingException")
+        ));
+    }
+
+    #[test]
+    fn native_rates_are_whole_and_within_sqs_limits() {
+        assert_eq!(native_rate(500.0), Ok(500));
+        assert_eq!(native_rate(1.0), Ok(1));
+        for bad in [0.0, 0.5, 1e-300, 501.0, f64::INFINITY, f64::NAN, 2.5] {
+            assert!(native_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bounds_are_enforced_by_the_parser() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            dlq: DlqCommand,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["idemq", "list", "--dlq-url", "http://x/q"]
+                    .iter()
+                    .chain(args),
+            )
+            .map(|_| ())
+        };
+        assert!(parse(&["--hold-secs", "43200"]).is_ok());
+        assert!(
+            parse(&["--hold-secs", "43201"]).is_err(),
+            "past SQS's 12 hours"
+        );
+        assert!(parse(&["--hold-secs", "0"]).is_err());
+        let redrive = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["idemq", "redrive", "--dlq-url", "http://x/q"]
+                    .iter()
+                    .chain(args),
+            )
+            .map(|_| ())
+        };
+        assert!(redrive(&["--concurrency", "32"]).is_ok());
+        assert!(redrive(&["--concurrency", "33"]).is_err());
+        assert!(redrive(&["--concurrency", "0"]).is_err());
+        assert!(redrive(&["--force"]).is_err(), "--force needs --native");
+        assert!(redrive(&["--native", "--force"]).is_ok());
+    }
+}

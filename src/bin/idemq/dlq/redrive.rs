@@ -1,0 +1,162 @@
+//! `redrive`: idemq's own (send, then delete; every copy stamped with its
+//! job id) and SQS's move task (`--native`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use idemq::dlq::redrive::{
+    Redrive, RedriveOptions, cancel_native, native_status, queue_arn, start_native,
+};
+use idemq::job::JobIdSource;
+
+use super::{CmdResult, Ctx, one_line, unseen_warning};
+
+impl Ctx {
+    pub(super) async fn redrive(&self, options: RedriveOptions) -> CmdResult {
+        let dry_run = options.dry_run;
+        let judging_errors = options.filter.error_contains.is_some();
+        let total = match options.max {
+            Some(m) => m as u64,
+            None => self.peek.depth().await?.total(),
+        };
+        let redrive = Redrive::new(&self.peek, self.records.as_ref(), options).await?;
+        let bar = crate::progress::bar(total, if dry_run { "matched" } else { "moved" });
+        let report = redrive
+            .run(&|moved, _seen| bar.set_position(moved as u64))
+            .await?;
+        bar.finish_and_clear();
+        if dry_run {
+            for c in &report.moved {
+                println!(
+                    "would move {} (job {}): {}",
+                    c.message_id,
+                    c.job_id.as_deref().unwrap_or("-"),
+                    one_line(&c.error_line(), 100)
+                );
+            }
+        }
+        for (id, why) in &report.failed {
+            eprintln!("failed: {id}: {why}");
+        }
+        for id in &report.sent_not_deleted {
+            eprintln!(
+                "warning: {id} was sent but not deleted from the DLQ; a rerun sends it again (absorbed as a duplicate)"
+            );
+        }
+        if judging_errors && report.unjudged > 0 {
+            eprintln!(
+                "warning: {} dead letters have no recorded error (no failure record{}, no idemq-error attribute): \
+                 --error-contains could not judge them, and left them in the DLQ",
+                report.unjudged,
+                if self.records.is_some() {
+                    ""
+                } else {
+                    "s read: pass --table or set IDEMQ_TABLE"
+                }
+            );
+        }
+        let verb = if dry_run { "would move" } else { "moved" };
+        println!(
+            "{verb} {}, skipped {}, failed {}",
+            report.moved.len(),
+            report.skipped,
+            report.failed.len()
+        );
+        if report.unseen > 0 {
+            eprintln!("idemq dlq: {}", unseen_warning(report.unseen));
+        }
+        Ok(if report.failed.is_empty() && report.unseen == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+
+    /// SQS's move task cannot add `idemq-job-id`, and gives every message it
+    /// moves a new MessageId
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>:
+    /// "All redriven messages are considered new messages and are assigned
+    /// a new messageID"). A job known only by its MessageId would be applied
+    /// again, so the task starts only when every letter carries a stable id
+    /// (attribute or body pointer), or with `--force`.
+    pub(super) async fn native(
+        &self,
+        cancel: bool,
+        force: bool,
+        to: Option<&str>,
+        rate: Option<i32>,
+    ) -> CmdResult {
+        let sqs = self.peek.sqs();
+        let dlq_arn = queue_arn(sqs, self.peek.dlq_url()).await?;
+        if cancel {
+            match cancel_native(sqs, &dlq_arn).await? {
+                Some(moved) => println!("cancelled the move task after {moved} messages"),
+                None => println!("no move task is running"),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if !force {
+            let (items, unseen) = self.scan().await?;
+            self.release(&items).await;
+            let unstable = items
+                .iter()
+                .filter(|(m, _)| {
+                    matches!(m.resolve(&self.resolver), Ok((_, JobIdSource::MessageId)))
+                })
+                .count();
+            if unstable > 0 {
+                return Ok(crate::usage_error(&format!(
+                    "{unstable} of {} dead letters carry no idemq-job-id{}: SQS's move task gives each \
+                     a new MessageId, so the consumer would apply them again as new jobs. Use the default \
+                     redrive (it stamps idemq-job-id), or pass --force to move them anyway",
+                    items.len(),
+                    if self.resolver.body_pointer.is_some() {
+                        " and no job id at IDEMQ_JOB_ID_POINTER"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+            if unseen > 0 {
+                eprintln!("idemq dlq: {}", unseen_warning(unseen));
+                eprintln!(
+                    "idemq dlq: not starting the move task: the unread letters may lack idemq-job-id (pass --force to move anyway)"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        let to_arn = match to {
+            Some(url) => Some(queue_arn(sqs, url).await?),
+            None => None,
+        };
+        start_native(sqs, &dlq_arn, to_arn.as_deref(), rate).await?;
+        let bar = crate::progress::bar(self.peek.depth().await?.total(), "moved");
+        let task = loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Some(task) = native_status(sqs, &dlq_arn).await? else {
+                continue;
+            };
+            if let Some(n) = task.to_move {
+                bar.set_length(n as u64);
+            }
+            bar.set_position(task.moved as u64);
+            if task.status != "RUNNING" {
+                break task;
+            }
+        };
+        bar.finish_and_clear();
+        println!(
+            "native move task {}: moved {}",
+            task.status.to_lowercase(),
+            task.moved
+        );
+        if let Some(reason) = &task.failure_reason {
+            eprintln!("failed: {reason}");
+        }
+        Ok(if task.status == "COMPLETED" {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+}
