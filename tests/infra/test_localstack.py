@@ -112,6 +112,7 @@ def _part(sam_raw: dict[str, Any], *logical_ids: str) -> dict[str, Any]:
         "AWSTemplateFormatVersion": "2010-09-09",
         "Parameters": sam_raw["Parameters"],
         "Mappings": sam_raw["Mappings"],
+        "Conditions": sam_raw["Conditions"],
         "Resources": {lid: sam_raw["Resources"][lid] for lid in logical_ids},
     }
 
@@ -209,6 +210,12 @@ def test_table_deploys_like_idemq_init(repo, sam, aws, idemq_bin):
             }
 
         assert shape(cfn_name) == shape(init_name)
+        # The template protects its table from deletion (moto reports it).
+        deployed = ddb.describe_table(TableName=cfn_name)["Table"]
+        if "DeletionProtectionEnabled" in deployed:
+            # moto's CloudFormation passes the parameter's string through
+            # where AWS converts it to the boolean property.
+            assert deployed["DeletionProtectionEnabled"] in (True, "true"), deployed["DeletionProtectionEnabled"]
         init_ttl = ddb.describe_time_to_live(TableName=init_name)["TimeToLiveDescription"]
         declared = sam.raw["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"]
         assert init_ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": declared["AttributeName"]}
@@ -226,7 +233,10 @@ def test_table_deploys_like_idemq_init(repo, sam, aws, idemq_bin):
         aws["cfn_ddb"].delete_stack(StackName=stack)
         for name in (cfn_name, init_name):
             try:
-                ddb.delete_table(TableName=name)  # DeletionPolicy: Retain keeps it
+                # DeletionPolicy: Retain keeps it, and deletion protection
+                # must be lifted first.
+                ddb.update_table(TableName=name, DeletionProtectionEnabled=False)
+                ddb.delete_table(TableName=name)
             except ddb.exceptions.ResourceNotFoundException:
                 pass
         for name in (init_name, f"{init_name}-dlq"):
