@@ -27,7 +27,7 @@ GRID = {
 # The retention rule joins receives, timeout (the visibility timeout) and
 # retention: a product of values around the limits.
 RETRY_GRID = {
-    "max_receive_count": [5, 6, 8, 10, 12, 20, 30, 50, 100, 1000],
+    "max_receive_count": [5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 100, 1000],
     "function_timeout": [10, 30, 120, 300, 600, 900],
     "source_retention_days": [1, 2, 3, 4, 7, 13],
 }
