@@ -66,8 +66,10 @@ data "aws_iam_policy_document" "function" {
   # idemq's own items (markers <prefix>job#..., failure records
   # <prefix>failure#...) are only ever Put: no handler effect, bug or stolen
   # credential of this role may rewrite or erase a marker, which would let its
-  # job be applied again. Effects on the ledger's own keys are untouched.
+  # job be applied again. Effects on the ledger's own keys are untouched. A
+  # transaction's items are authorised one by one, by these same item actions.
   # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html
+  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html
   statement {
     sid       = "ReservedKeysArePutOnly"
     effect    = "Deny"
