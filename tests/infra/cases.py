@@ -39,15 +39,16 @@ def grid() -> Iterator[dict[str, Any]]:
     """Timeout x window together (the visibility rule joins them); the
     others one at a time; receives x timeout x retention; a customer managed
     key and named producers."""
+    # First, so that a broken copy that only fails with a key or producers
+    # is found at once.
+    for key, producers in itertools.product(("", KMS_KEY), ([], PRODUCERS)):
+        yield {"kms_key": key, "producers": producers}
     for t, w in itertools.product(GRID["function_timeout"], GRID["batching_window"]):
         yield {"function_timeout": t, "batching_window": w}
     for key in ("max_receive_count", "source_retention_days"):
         for v in GRID[key]:
             yield {key: v}
-    for m, t, r in itertools.product(*RETRY_GRID.values()):
-        yield {"max_receive_count": m, "function_timeout": t, "source_retention_days": r}
-    for key, producers in itertools.product(("", KMS_KEY), ([], PRODUCERS)):
-        yield {"kms_key": key, "producers": producers}
+    yield from retry_inputs()
 
 
 class Sam:

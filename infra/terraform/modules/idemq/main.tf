@@ -30,6 +30,8 @@ locals {
   # visibility timeout). The retries must fit in half the retention, the
   # other half being room for waiting to be received (a backlog,
   # throttling). A handler's own retry_after (up to 12 h) is not bounded here.
+  # Checked by a precondition on the source queue, at plan time:
+  # https://developer.hashicorp.com/terraform/language/expressions/custom-conditions
   retry_span = var.max_receive_count * (local.visibility_timeout + var.backoff_cap_seconds)
 
   kms_key = var.kms_key_arn
