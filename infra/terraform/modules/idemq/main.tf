@@ -23,7 +23,9 @@ locals {
 
   # Retries must fit in the source queue's retention: SQS deletes a message
   # whose retention runs out, in flight or not, and never dead-letters it
-  # (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html).
+  # (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html;
+  # expiry counts from the original enqueue time,
+  # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html).
   # Each receive keeps a message out of sight for at most the visibility
   # timeout (an invocation that fails whole) or the function's run plus the
   # backoff delay (<= backoff_cap_seconds; the run is shorter than the
