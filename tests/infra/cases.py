@@ -24,15 +24,31 @@ GRID = {
     "max_receive_count": [0, 1, 4, 5, 6, 10, 1000, 1001],
     "source_retention_days": [0, 1, 2, 4, 7, 12, 13, 14, 15],
 }
+# The retention rule joins receives, timeout (the visibility timeout) and
+# retention: a product of values around the limits.
+RETRY_GRID = {
+    "max_receive_count": [5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 100, 1000],
+    "function_timeout": [10, 30, 120, 300, 600, 900],
+    "source_retention_days": [1, 2, 3, 4, 7, 13],
+}
+KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+PRODUCERS = ["arn:aws:iam::123456789012:role/orders-api", "arn:aws:iam::210987654321:role/partner-feed"]
 
 
 def grid() -> Iterator[dict[str, Any]]:
-    """Timeout x window together (the visibility rule joins them); the others one at a time."""
+    """Timeout x window together (the visibility rule joins them); the
+    others one at a time; receives x timeout x retention; a customer managed
+    key and named producers."""
+    # First, so that a broken copy that only fails with a key or producers
+    # is found at once.
+    for key, producers in itertools.product(("", KMS_KEY), ([], PRODUCERS)):
+        yield {"kms_key": key, "producers": producers}
     for t, w in itertools.product(GRID["function_timeout"], GRID["batching_window"]):
         yield {"function_timeout": t, "batching_window": w}
     for key in ("max_receive_count", "source_retention_days"):
         for v in GRID[key]:
             yield {key: v}
+    yield from retry_inputs()
 
 
 class Sam:
@@ -42,6 +58,8 @@ class Sam:
         "batching_window": "MaximumBatchingWindowSeconds",
         "max_receive_count": "MaxReceiveCount",
         "source_retention_days": "SourceRetentionDays",
+        "kms_key": "KmsKeyArn",
+        "producers": "ProducerPrincipalArns",
     }
 
     def __init__(self, path: Path, text: str | None = None):
@@ -55,12 +73,16 @@ class Sam:
 
     def params(self, inputs: dict[str, Any], extra: dict[str, str] | None = None) -> dict[str, str]:
         p = cfn_eval.parameter_defaults(self.raw)
-        p.update({self.NAMES[k]: str(v) for k, v in inputs.items()})
+        p.update({self.NAMES[k]: ",".join(v) if isinstance(v, list) else str(v) for k, v in inputs.items()})
         p.update(extra or {})
         return p
 
     def accepts(self, inputs: dict[str, Any]) -> bool:
         return not cfn_eval.rejected_parameters(self.raw, self.params(inputs))
+
+    def accepts_ignoring_retries(self, inputs: dict[str, Any]) -> bool:
+        raw = {k: v for k, v in self.raw.items() if k != "Rules"}
+        return not cfn_eval.rejected_parameters(raw, self.params(inputs))
 
     def deployment(self, inputs: dict[str, Any] | None = None, **extra: str) -> model.Deployment:
         return model.from_sam(self.cfn, self.params(inputs or {}, extra))
@@ -72,6 +94,9 @@ class Sam:
     def with_operator(self) -> model.Deployment:
         return self.deployment(CreateOperatorPolicy="true")
 
+    def with_bootstrap(self) -> model.Deployment:
+        return self.deployment(CreateBootstrapPolicy="true")
+
 
 class Terraform:
     kind = "terraform"
@@ -80,6 +105,8 @@ class Terraform:
         "batching_window": "maximum_batching_window",
         "max_receive_count": "max_receive_count",
         "source_retention_days": "source_retention_days",
+        "kms_key": "kms_key_arn",
+        "producers": "producer_principal_arns",
     }
 
     def __init__(self, root: Path, overrides: dict[str, str] | None = None):
@@ -111,6 +138,10 @@ class Terraform:
     def accepts(self, inputs: dict[str, Any]) -> bool:
         return not self._module(inputs).invalid_inputs()
 
+    def accepts_ignoring_retries(self, inputs: dict[str, Any]) -> bool:
+        m = self._module(inputs)
+        return not [p for p in m.invalid_inputs() if p not in m.failed_preconditions()]
+
     def deployment(self, inputs: dict[str, Any] | None = None, **extra: Any) -> model.Deployment:
         return model.from_terraform(self._module(inputs or {}, extra))
 
@@ -119,6 +150,37 @@ class Terraform:
 
     def with_operator(self) -> model.Deployment:
         return self.deployment(create_operator_policy=True)
+
+    def with_bootstrap(self) -> model.Deployment:
+        return self.deployment(create_bootstrap_policy=True)
+
+
+def retry_inputs() -> Iterator[dict[str, Any]]:
+    for m, t, r in itertools.product(*RETRY_GRID.values()):
+        yield {"max_receive_count": m, "function_timeout": t, "source_retention_days": r}
+
+
+def agreement_inputs() -> Iterator[dict[str, Any]]:
+    for t in (10, 30, 120, 900):
+        for m, r in ((6, 4), (20, 13), (8, 1)):
+            yield {"function_timeout": t, "batching_window": 60, "max_receive_count": m, "source_retention_days": r}
+    for key, producers in itertools.product(("", KMS_KEY), ([], PRODUCERS)):
+        yield {"batching_window": 60, "kms_key": key, "producers": producers}
+
+
+def variants(t: "Sam | Terraform", operator: bool = False) -> list[model.Deployment]:
+    """The deployments whose permissions differ: without and with a customer
+    managed key, without and with named producers."""
+    sam = isinstance(t, Sam)
+    out = []
+    for key in ("", KMS_KEY):
+        for producers in ([], PRODUCERS):
+            inputs = {"kms_key": key, "producers": producers}
+            extra: dict[str, Any] = {}
+            if operator:
+                extra = {"CreateOperatorPolicy": "true"} if sam else {"create_operator_policy": True}
+            out.append(t.deployment(inputs, **extra))
+    return out
 
 
 @dataclass
@@ -173,6 +235,8 @@ class Break:
     old: str
     new: str
     why: str
+    # What the problems must say: a broken copy fails for its own reason.
+    expect: str = ""
 
     @property
     def id(self) -> str:
@@ -188,6 +252,7 @@ BREAKS = [
         '"30": { Seconds: 240 }',
         '"30": { Seconds: 180 }',
         "mapping row below 6 x 30 s + window",
+        "source queue visibility timeout 180s < 6 x function timeout 30s",
     ),
     Break(
         "visibility_timeout",
@@ -196,15 +261,17 @@ BREAKS = [
         "6 * var.function_timeout",
         "5 * var.function_timeout",
         "5 x instead of 6 x",
+        "< 6 x function timeout",
     ),
     # maxReceiveCount >= 5
     Break(
         "max_receive_count",
         "sam",
         "template.yaml",
-        "MinValue: 5\n",
-        "MinValue: 1\n",
-        "guard lowered: 4 receives accepted",
+        'AllowedValues: ["5", "6", "8",',
+        'AllowedValues: ["1", "5", "6", "8",',
+        "guard lowered: 1 receive accepted",
+        "maxReceiveCount 1 < 5",
     ),
     Break(
         "max_receive_count",
@@ -213,6 +280,7 @@ BREAKS = [
         "var.max_receive_count >= 5",
         "var.max_receive_count >= 1",
         "guard lowered: 4 receives accepted",
+        "maxReceiveCount 1 < 5",
     ),
     # DLQ retention 14 d and > source
     Break(
@@ -222,6 +290,7 @@ BREAKS = [
         "MessageRetentionPeriod: 1209600",
         "MessageRetentionPeriod: 345600",
         "DLQ keeps 4 days",
+        "is not 14 days",
     ),
     Break(
         "dlq_retention",
@@ -230,6 +299,7 @@ BREAKS = [
         "dlq_retention_days  = 14",
         "dlq_retention_days  = 4 ",
         "DLQ keeps 4 days",
+        "is not 14 days",
     ),
     # RedriveAllowPolicy byQueue naming only the source
     Break(
@@ -239,6 +309,7 @@ BREAKS = [
         "redrivePermission: byQueue",
         "redrivePermission: allowAll",
         "allowAll",
+        "DLQ RedriveAllowPolicy is allowAll",
     ),
     Break(
         "redrive_allow_policy",
@@ -247,6 +318,7 @@ BREAKS = [
         "[aws_sqs_queue.source.arn]\n  })",
         "[aws_sqs_queue.source.arn, aws_sqs_queue.dlq.arn]\n  })",
         "a second source",
+        "not byQueue naming only",
     ),
     # marker TTL >= source + DLQ retention + replay window
     Break(
@@ -256,6 +328,7 @@ BREAKS = [
         '"4": { Seconds: 345600, MarkerTtl: 21d }',
         '"4": { Seconds: 345600, MarkerTtl: 14d }',
         "14 days for 4 d of source retention",
+        "IDEMQ_MARKER_TTL 14d",
     ),
     Break(
         "marker_ttl",
@@ -264,23 +337,28 @@ BREAKS = [
         '"${local.marker_ttl_days}d"',
         '"${local.marker_ttl_days}h"',
         "hours instead of days",
+        "IDEMQ_MARKER_TTL",
     ),
     # encryption at rest
     Break(
         "encryption",
         "sam",
         "template.yaml",
-        "      SqsManagedSseEnabled: true\n      RedrivePolicy:",
-        "      SqsManagedSseEnabled: false\n      RedrivePolicy:",
+        "      SqsManagedSseEnabled: !If [HasKmsKey, !Ref AWS::NoValue, true]\n"
+        "      KmsMasterKeyId: !If [HasKmsKey, !Ref KmsKeyArn, !Ref AWS::NoValue]\n      RedrivePolicy:",
+        "      SqsManagedSseEnabled: !If [HasKmsKey, !Ref AWS::NoValue, false]\n"
+        "      KmsMasterKeyId: !If [HasKmsKey, !Ref KmsKeyArn, !Ref AWS::NoValue]\n      RedrivePolicy:",
         "source queue unencrypted",
+        "is not encrypted at rest",
     ),
     Break(
         "encryption",
         "terraform",
         "main.tf",
-        "server_side_encryption {\n    enabled = true",
-        "server_side_encryption {\n    enabled = false",
+        "server_side_encryption {\n    enabled     = true",
+        "server_side_encryption {\n    enabled     = false",
         "table unencrypted",
+        "has no SSESpecification",
     ),
     # point-in-time recovery
     Break(
@@ -290,6 +368,7 @@ BREAKS = [
         "PointInTimeRecoveryEnabled: true",
         "PointInTimeRecoveryEnabled: false",
         "PITR off",
+        "no point-in-time recovery",
     ),
     Break(
         "pitr",
@@ -298,6 +377,7 @@ BREAKS = [
         "point_in_time_recovery {\n    enabled = true",
         "point_in_time_recovery {\n    enabled = false",
         "PITR off",
+        "no point-in-time recovery",
     ),
     # the batch contract / table layout
     Break(
@@ -307,6 +387,7 @@ BREAKS = [
         "FunctionResponseTypes: [ReportBatchItemFailures]",
         "FunctionResponseTypes: []",
         "no partial batch responses",
+        "lacks FunctionResponseTypes ReportBatchItemFailures",
     ),
     Break(
         "function_contract",
@@ -315,6 +396,142 @@ BREAKS = [
         'attribute_name = "expires_at"',
         'attribute_name = "ttl"',
         "TTL on the wrong attribute",
+        "table TTL is not enabled on expires_at",
+    ),
+    # markers are Put only: Update/Delete denied on the reserved keys
+    Break(
+        "reserved_keys",
+        "sam",
+        "template.yaml",
+        "              - Effect: Deny\n                Action:\n                  - dynamodb:UpdateItem\n"
+        "                  - dynamodb:DeleteItem\n",
+        "              - Effect: Deny\n                Action:\n                  - dynamodb:UpdateItem\n",
+        "DeleteItem no longer denied",
+        "does not deny ['dynamodb:DeleteItem']",
+    ),
+    Break(
+        "reserved_keys",
+        "sam",
+        "template.yaml",
+        "                  - dynamodb:DeleteItem\n                Resource: !GetAtt Table.Arn\n                Condition:",
+        "                  - dynamodb:DeleteItem\n                  - dynamodb:PutItem\n"
+        "                Resource: !GetAtt Table.Arn\n                Condition:",
+        "PutItem denied too: no marker could be written",
+        "markers could not be written",
+    ),
+    Break(
+        "reserved_keys",
+        "terraform",
+        "function.tf",
+        '      test     = "ForAnyValue:StringLike"',
+        '      test     = "ForAllValues:StringLike"',
+        "ForAllValues: a Deny that a request without the key escapes",
+        "markers could be rewritten",
+    ),
+    # queue policies: TLS only; SendMessage by the named producers only
+    Break(
+        "queue_policy",
+        "sam",
+        "template.yaml",
+        "Resource: !GetAtt DeadLetterQueue.Arn\n            Condition:\n              Bool:\n"
+        '                aws:SecureTransport: "false"',
+        "Resource: !GetAtt DeadLetterQueue.Arn\n            Condition:\n              Bool:\n"
+        '                aws:SecureTransport: "true"',
+        "DLQ: the TLS deny inverted",
+        "no Deny of sqs:* to everyone when aws:SecureTransport is false",
+    ),
+    Break(
+        "queue_policy",
+        "sam",
+        "template.yaml",
+        "              - StringNotEquals:\n                  aws:PrincipalArn: !Ref ProducerPrincipalArns\n",
+        '              - StringNotLike:\n                  aws:PrincipalArn: "arn:aws:iam::*"\n',
+        "source: any IAM principal of any account may send",
+        "SendMessage is not denied to all but",
+    ),
+    Break(
+        "queue_policy",
+        "terraform",
+        "main.tf",
+        "concat(var.producer_principal_arns, [aws_iam_role.function.arn])",
+        "var.producer_principal_arns",
+        "DLQ: the function may no longer dead-letter",
+        "SendMessage is not denied to all but",
+    ),
+    Break(
+        "queue_policy",
+        "terraform",
+        "main.tf",
+        "var.producer_principal_arns : [local.account_root]",
+        'var.producer_principal_arns : ["*"]',
+        "everyone allowed when no producer is named",
+        "allows ['sqs:SendMessage'] to",
+    ),
+    # the customer managed key, when given, on both queues and the table
+    Break(
+        "kms_key",
+        "sam",
+        "template.yaml",
+        "        KMSMasterKeyId: !If [HasKmsKey, !Ref KmsKeyArn, !Ref AWS::NoValue]\n",
+        "",
+        "table keeps the AWS managed key",
+        "uses key AWS managed, not arn:aws:kms",
+    ),
+    Break(
+        "kms_key",
+        "terraform",
+        "main.tf",
+        '  kms_master_key_id         = local.kms_key == "" ? null : local.kms_key\n',
+        "",
+        "DLQ ignores the key",
+        "is encrypted with SQS-managed SSE, not arn:aws:kms",
+    ),
+    # retries fit in half the source retention
+    Break(
+        "retries_fit_retention",
+        "sam",
+        "template.yaml",
+        'RuleCondition: !Equals [!Ref MaxReceiveCount, "100"]',
+        'RuleCondition: !Equals [!Ref MaxReceiveCount, "101"]',
+        "the rule for 100 receives never applies",
+        "maxReceiveCount 100 x (visibility timeout",
+    ),
+    Break(
+        "retries_fit_retention",
+        "sam",
+        "template.yaml",
+        "IDEMQ_BACKOFF_CAP: 15m",
+        "IDEMQ_BACKOFF_CAP: 1h",
+        "a backoff cap the rules do not assume",
+        "backoff cap 3600s",
+    ),
+    Break(
+        "retries_fit_retention",
+        "terraform",
+        "main.tf",
+        "condition     = 2 * local.retry_span <=",
+        "condition     = 1 * local.retry_span <=",
+        "the whole retention, no margin",
+        "does not fit in half the source retention",
+    ),
+    # the two templates agree on the table's and the queues' settings
+    Break(
+        "templates_agree",
+        "sam",
+        "template.yaml",
+        "      DeletionProtectionEnabled: !Ref TableDeletionProtection\n",
+        "",
+        "SAM table without deletion protection",
+        "table.deletion_protection: False / True",
+    ),
+    Break(
+        "templates_agree",
+        "terraform",
+        "main.tf",
+        "deletion_protection_enabled = var.table_deletion_protection",
+        "deletion_protection_enabled = false",
+        "Terraform table without deletion protection",
+        "table.deletion_protection: True / False",
     ),
     # least privilege (the function role)
     Break(
@@ -324,22 +541,37 @@ BREAKS = [
         "                  - sqs:GetQueueUrl\n                Resource: !GetAtt SourceQueue.Arn",
         "                  - sqs:GetQueueUrl\n                  - sqs:PurgeQueue\n                Resource: !GetAtt SourceQueue.Arn",
         "extra action: PurgeQueue",
+        "grants sqs:PurgeQueue on the source, which nothing in the code calls",
     ),
     Break(
         "iam",
         "sam",
         "template.yaml",
-        "                Resource: !GetAtt Table.Arn\n        - PolicyName: logs",
-        '                Resource: "*"\n        - PolicyName: logs',
+        "                  - dynamodb:GetItem\n                Resource: !GetAtt Table.Arn\n",
+        '                  - dynamodb:GetItem\n                Resource: "*"\n',
         "wildcard resource on the table actions",
+        "wildcard resource *",
     ),
     Break(
         "iam",
         "sam",
         "template.yaml",
-        "                  - sqs:ChangeMessageVisibility\n                  - sqs:GetQueueAttributes\n                  - sqs:GetQueueUrl\n                Resource: !GetAtt SourceQueue.Arn",
-        "                  - sqs:GetQueueAttributes\n                  - sqs:GetQueueUrl\n                Resource: !GetAtt SourceQueue.Arn",
+        "                  - sqs:ChangeMessageVisibility\n                  - sqs:GetQueueAttributes\n"
+        "                  - sqs:GetQueueUrl\n                Resource: !GetAtt SourceQueue.Arn",
+        "                  - sqs:GetQueueAttributes\n                  - sqs:GetQueueUrl\n"
+        "                Resource: !GetAtt SourceQueue.Arn",
         "missing action: ChangeMessageVisibility",
+        "sqs:ChangeMessageVisibility on the source is not granted",
+    ),
+    Break(
+        "iam",
+        "sam",
+        "template.yaml",
+        "                    - kms:Decrypt\n                    - kms:GenerateDataKey\n"
+        "                  Resource: !Ref KmsKeyArn",
+        "                    - kms:Decrypt\n                  Resource: !Ref KmsKeyArn",
+        "with a key, the function cannot send to the DLQ",
+        "kms:GenerateDataKey on the kms_key is not granted",
     ),
     Break(
         "iam",
@@ -348,6 +580,7 @@ BREAKS = [
         '"sqs:SendMessage",\n      "sqs:GetQueueAttributes",',
         '"sqs:SendMessage",\n      "sqs:Get*",\n      "sqs:GetQueueAttributes",',
         "wildcard action: sqs:Get*",
+        "wildcard action sqs:Get*",
     ),
     Break(
         "iam",
@@ -356,24 +589,93 @@ BREAKS = [
         "resources = [aws_sqs_queue.dlq.arn]\n  }\n\n  # TransactWriteItems",
         "resources = [aws_sqs_queue.source.arn]\n  }\n\n  # TransactWriteItems",
         "SendMessage on the source instead of the DLQ",
+        "sqs:SendMessage on the dlq is not granted",
     ),
     Break(
         "iam",
         "terraform",
         "function.tf",
-        '      "dynamodb:ConditionCheckItem",\n      "dynamodb:GetItem",\n    ]\n    resources = [aws_dynamodb_table.idemq.arn]',
+        '      "dynamodb:ConditionCheckItem",\n      "dynamodb:GetItem",\n    ]\n'
+        "    resources = [aws_dynamodb_table.idemq.arn]",
         '      "dynamodb:GetItem",\n    ]\n    resources = [aws_dynamodb_table.idemq.arn]',
         "missing action: ConditionCheckItem",
+        "dynamodb:ConditionCheckItem on the table is not granted",
     ),
-    # the operator policy follows the CLI's code too
-    Break("operator", "sam", "template.yaml", "              - dynamodb:Scan\n", "", "missing action: Scan"),
+    # the operator policy follows the CLI's code too (init's calls excluded)
+    Break(
+        "operator",
+        "sam",
+        "template.yaml",
+        "              - dynamodb:BatchGetItem\n            Resource: !GetAtt Table.Arn\n",
+        "              - dynamodb:BatchGetItem\n              - dynamodb:Scan\n            Resource: !GetAtt Table.Arn\n",
+        "extra action: Scan (the CLI's own scan() is no SDK call)",
+        "grants dynamodb:Scan on the table, which nothing in the code calls",
+    ),
+    Break(
+        "operator",
+        "sam",
+        "template.yaml",
+        "              - sqs:GetQueueAttributes\n              - sqs:SendMessage\n            Resource: !GetAtt SourceQueue.Arn",
+        "              - sqs:GetQueueAttributes\n              - sqs:SetQueueAttributes\n              - sqs:SendMessage\n"
+        "            Resource: !GetAtt SourceQueue.Arn",
+        "extra action: SetQueueAttributes on the source (init's, not the operator's)",
+        "grants sqs:SetQueueAttributes on the source, which nothing in the code calls",
+    ),
+    Break(
+        "operator",
+        "sam",
+        "template.yaml",
+        '            Condition:\n              ForAllValues:StringLike:\n                dynamodb:LeadingKeys: ["idemq#*"]\n',
+        "",
+        "failure-record reads without the LeadingKeys condition",
+        "not only on the reserved keys",
+    ),
     Break(
         "operator",
         "terraform",
         "operator.tf",
-        '      "dynamodb:Scan",\n',
-        '      "dynamodb:Scan",\n      "dynamodb:DeleteTable",\n',
+        '      "dynamodb:BatchGetItem",\n',
+        '      "dynamodb:BatchGetItem",\n      "dynamodb:DeleteTable",\n',
         "extra action: DeleteTable",
+        "grants dynamodb:DeleteTable on the table, which nothing in the code calls",
+    ),
+    Break(
+        "operator",
+        "terraform",
+        "operator.tf",
+        'values   = ["${local.key_prefix}*"]',
+        'values   = ["*"]',
+        "LeadingKeys condition on every key",
+        "not only on the reserved keys",
+    ),
+    Break(
+        "operator",
+        "terraform",
+        "operator.tf",
+        'local.kms_key == "" ? data.aws_iam_policy_document.operator.json : data.aws_iam_policy_document.operator_kms.json',
+        "data.aws_iam_policy_document.operator.json",
+        "with a key, the operator cannot read the DLQ",
+        "kms:Decrypt on the kms_key is not granted",
+    ),
+    # the bootstrap policy: exactly what `idemq init` calls
+    Break(
+        "bootstrap",
+        "sam",
+        "template.yaml",
+        "              - dynamodb:UpdateTimeToLive\n            Resource: !GetAtt Table.Arn\n",
+        "            Resource: !GetAtt Table.Arn\n",
+        "missing action: UpdateTimeToLive",
+        "dynamodb:UpdateTimeToLive on the table is not granted",
+    ),
+    Break(
+        "bootstrap",
+        "terraform",
+        "operator.tf",
+        '      "sqs:GetQueueAttributes",\n    ]\n    resources = [aws_sqs_queue.source.arn]\n  }\n\n  # SetQueueAttributes',
+        '      "sqs:GetQueueAttributes",\n      "sqs:SetQueueAttributes",\n    ]\n'
+        "    resources = [aws_sqs_queue.source.arn]\n  }\n\n  # SetQueueAttributes",
+        "SetQueueAttributes on the source queue",
+        "grants sqs:SetQueueAttributes on the source; it is only needed on ['dlq']",
     ),
     # alarms
     Break(
@@ -383,6 +685,7 @@ BREAKS = [
         "MetricName: JobsConflict\n",
         "MetricName: JobsConflicts\n",
         "conflict alarm on a metric nobody emits",
+        "which src/metrics.rs never emits",
     ),
     Break(
         "alarms",
@@ -391,6 +694,7 @@ BREAKS = [
         "dimensions          = { QueueName = aws_sqs_queue.dlq.name }",
         "dimensions          = { QueueName = aws_sqs_queue.source.name }",
         "DLQ-depth alarm watching the source",
+        "no alarm on DLQ depth > 0",
     ),
 ]
 

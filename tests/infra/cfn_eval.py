@@ -96,7 +96,48 @@ def rejected_parameters(template: dict[str, Any], params: dict[str, str]) -> lis
         pattern = spec.get("AllowedPattern")
         if pattern is not None and re.fullmatch(pattern, value) is None:
             bad.append(name)
-    return bad
+    if bad:
+        return bad
+    return rule_refusals(template, params)
+
+
+def rule_refusals(template: dict[str, Any], params: dict[str, str]) -> list[str]:
+    """The AssertDescriptions of the template's Rules that fail for these
+    parameters: CloudFormation refuses the stack operation on each.
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/rules-section-structure.html
+    (rule functions: .../intrinsic-function-reference-rules.html)."""
+    values = {**parameter_defaults(template), **params}
+
+    def ev(node: Any) -> Any:
+        if isinstance(node, list):
+            return [ev(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        ((key, arg),) = node.items()
+        if key == "Ref":
+            return values[arg]
+        if key == "Fn::Equals":
+            a, b = (ev(x) for x in arg)
+            return str(a) == str(b)
+        if key == "Fn::Not":
+            return not ev(arg[0])
+        if key == "Fn::And":
+            return all(ev(x) for x in arg)
+        if key == "Fn::Or":
+            return any(ev(x) for x in arg)
+        if key == "Fn::Contains":
+            items, value = ev(arg[0]), ev(arg[1])
+            return str(value) in [str(x) for x in items]
+        raise Unsupported(f"rule function {key}")
+
+    out = []
+    for name, rule in template.get("Rules", {}).items():
+        if "RuleCondition" in rule and not ev(rule["RuleCondition"]):
+            continue
+        for a in rule.get("Assertions", []):
+            if not ev(a["Assert"]):
+                out.append(f"{name}: {a.get('AssertDescription', 'assertion failed')}")
+    return out
 
 
 class Stack:
@@ -150,6 +191,7 @@ class Stack:
                 "Condition": self.condition,
                 "Fn::Join": lambda a: str(self.resolve(a[0])).join(str(x) for x in self.resolve(a[1])),
                 "Fn::Select": lambda a: self.resolve(a[1])[int(self.resolve(a[0]))],
+                "Fn::Split": lambda a: str(self.resolve(a[1])).split(self.resolve(a[0])),
             }.get(key)
             if fn is not None:
                 return fn(arg)
@@ -188,6 +230,8 @@ class Stack:
         if name.startswith("AWS::"):
             return self._pseudo(name)
         if name in self.params:
+            if self.t.get("Parameters", {}).get(name, {}).get("Type") == "CommaDelimitedList":
+                return self.params[name].split(",")
             return self.params[name]
         res = self.resources.get(name)
         if res is None:

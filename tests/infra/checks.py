@@ -44,11 +44,36 @@ FUNCTION_SCOPE: dict[str, set[str]] = {
     "logs:PutLogEvents": {"log_group"},
 }
 
+# The SQS-side actions a customer managed key adds (AWS SQS developer guide,
+# "Amazon SQS Key management", Configuring AWS KMS permissions: a producer
+# needs kms:GenerateDataKey and kms:Decrypt, a consumer kms:Decrypt;
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-key-management.html).
+# For the table, the key policy AWS documents for DynamoDB lets the table's
+# callers use the key through DynamoDB (kms:ViaService); idemq's roles get
+# kms:Decrypt for it ("How Amazon DynamoDB uses AWS KMS",
+# https://docs.aws.amazon.com/kms/latest/developerguide/services-dynamodb.html).
+KMS_SCOPE = {"kms:Decrypt": {"kms_key"}, "kms:GenerateDataKey": {"kms_key"}}
+
+
+def kms_needs(d: Deployment, actions: dict[str, str]) -> dict[str, str]:
+    """The kms actions on the deployment's customer managed key that these
+    SQS/DynamoDB actions need (none without a key)."""
+    if not d.kms_key:
+        return {}
+    out: dict[str, str] = {}
+    if "sqs:SendMessage" in actions:
+        out["kms:GenerateDataKey"] = "SendMessage to a queue encrypted with the key"
+        out["kms:Decrypt"] = "SendMessage to a queue encrypted with the key"
+    if "sqs:ReceiveMessage" in actions:
+        out.setdefault("kms:Decrypt", "ReceiveMessage from a queue encrypted with the key")
+    if any(a in actions for a in ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem")):
+        out.setdefault("kms:Decrypt", "items of the table encrypted with the key")
+    return out
+
+
 OPERATOR_SCOPE: dict[str, set[str]] = {
-    "sqs:CreateQueue": {"source", "dlq"},
     "sqs:GetQueueUrl": {"source", "dlq"},
     "sqs:GetQueueAttributes": {"source", "dlq"},
-    "sqs:SetQueueAttributes": {"source", "dlq"},
     "sqs:SendMessage": {"source", "dlq"},  # send/redrive to the source; import may restore the DLQ
     "sqs:ReceiveMessage": {"dlq"},
     "sqs:ChangeMessageVisibility": {"dlq"},
@@ -57,14 +82,32 @@ OPERATOR_SCOPE: dict[str, set[str]] = {
     "sqs:StartMessageMoveTask": {"dlq"},
     "sqs:ListMessageMoveTasks": {"dlq"},
     "sqs:CancelMessageMoveTask": {"dlq"},
+    # Failure records only: a dynamodb:LeadingKeys condition (below).
+    "dynamodb:GetItem": {"table"},
+    "dynamodb:BatchGetItem": {"table"},
+    **KMS_SCOPE,
+}
+
+# `idemq init` alone. Its SetQueueAttributes writes the DLQ's
+# RedriveAllowPolicy; the source queue is created with its attributes and
+# never changed. The last three are what init may call to turn on
+# point-in-time recovery and deletion protection (issue 16.8): granted only
+# once the code calls them.
+BOOTSTRAP_SCOPE: dict[str, set[str]] = {
+    "sqs:CreateQueue": {"source", "dlq"},
+    "sqs:GetQueueUrl": {"source", "dlq"},
+    "sqs:GetQueueAttributes": {"source", "dlq"},
+    "sqs:SetQueueAttributes": {"dlq"},
     "dynamodb:CreateTable": {"table"},
     "dynamodb:DescribeTable": {"table"},
     "dynamodb:DescribeTimeToLive": {"table"},
     "dynamodb:UpdateTimeToLive": {"table"},
-    "dynamodb:GetItem": {"table"},
-    "dynamodb:BatchGetItem": {"table"},
-    "dynamodb:Scan": {"table"},
+    "dynamodb:DescribeContinuousBackups": {"table"},
+    "dynamodb:UpdateContinuousBackups": {"table"},
+    "dynamodb:UpdateTable": {"table"},
 }
+
+FUNCTION_SCOPE.update(KMS_SCOPE)
 
 
 def _role_of(resource: str, d: Deployment) -> str:
@@ -77,6 +120,8 @@ def _role_of(resource: str, d: Deployment) -> str:
         return "table"
     if kind == "log-group" and name == d.function.get("log_group"):
         return "log_group"
+    if d.kms_key and resource == d.kms_key:
+        return "kms_key"
     return f"other resource {resource}"
 
 
@@ -122,14 +167,47 @@ def check_grants(
 
 def check_function_role(d: Deployment, code_actions: dict[str, str]) -> list[str]:
     needed = {**ESM_ACTIONS, **LOG_ACTIONS, **code_actions}
+    needed.update(kms_needs(d, needed))
     problems = [f"function role: {u} (its permissions cannot be checked)" for u in d.role_unreadable]
     return problems + check_grants(d, d.role_grants, needed, FUNCTION_SCOPE, "function role")
 
 
+def key_prefix(d: Deployment) -> str:
+    """The reserved key prefix the function uses (IDEMQ_KEY_PREFIX, default
+    src/config.rs `idemq#`)."""
+    return d.function["env"].get("IDEMQ_KEY_PREFIX", "idemq#")
+
+
+# Fine-grained access: dynamodb:LeadingKeys is the partition key of the items
+# a request names; ForAllValues: every item of a BatchGetItem must match.
+# DynamoDB developer guide, "Using IAM policy conditions for fine-grained
+# access control":
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html
+def reserved_keys_condition(d: Deployment, quantifier: str) -> dict[str, dict[str, list[str]]]:
+    return {f"{quantifier}:StringLike": {"dynamodb:LeadingKeys": [f"{key_prefix(d)}*"]}}
+
+
 def check_operator_policy(d: Deployment, cli_actions: dict[str, str]) -> list[str]:
-    if d.operator_grants is None:
+    if d.operator_grants is None or d.operator_statements is None:
         return ["no operator policy although it was asked for"]
-    return check_grants(d, d.operator_grants, cli_actions, OPERATOR_SCOPE, "operator policy")
+    needed = {**cli_actions, **kms_needs(d, cli_actions)}
+    problems = check_grants(d, d.operator_grants, needed, OPERATOR_SCOPE, "operator policy")
+    # The operator reads failure records, never the ledger's own items (which
+    # may hold payload data): every table read is limited to the reserved keys.
+    want = reserved_keys_condition(d, "ForAllValues")
+    for st in d.operator_statements:
+        reads = [a for a in st.actions if a.startswith("dynamodb:")]
+        if st.effect == "Allow" and reads and st.condition != want:
+            problems.append(
+                f"operator policy: {reads} allowed with condition {st.condition}, not only on the reserved keys {want}"
+            )
+    return problems
+
+
+def check_bootstrap_policy(d: Deployment, init_actions: dict[str, str]) -> list[str]:
+    if d.bootstrap_grants is None:
+        return ["no bootstrap policy although it was asked for"]
+    return check_grants(d, d.bootstrap_grants, init_actions, BOOTSTRAP_SCOPE, "bootstrap policy")
 
 
 # ---------------------------------------------------------------------------

@@ -32,6 +32,16 @@ def cli_actions() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def operator_actions() -> dict[str, str]:
+    return sdk_calls.operator_needs(REPO).actions
+
+
+@pytest.fixture(scope="session")
+def bootstrap_actions() -> dict[str, str]:
+    return sdk_calls.bootstrap_needs(REPO).actions
+
+
+@pytest.fixture(scope="session")
 def sam() -> cases.Sam:
     return cases.Sam(REPO / "infra" / "sam" / "template.yaml")
 

@@ -39,6 +39,7 @@ class Queue:
     max_receive_count: int | None = None
     redrive_permission: str | None = None
     redrive_sources: list[str] | None = None  # source queue names
+    kms_key: str = ""  # KmsMasterKeyId ("" = SQS-managed SSE or none)
 
 
 @dataclass
@@ -49,6 +50,17 @@ class Alarm:
     comparison: str
     threshold: float
     actions: list[str]
+
+
+@dataclass
+class Statement:
+    """One policy statement, normalised: lists everywhere."""
+
+    effect: str
+    actions: list[str]
+    resources: list[str]
+    condition: dict[str, dict[str, list[str]]]  # operator -> key -> values
+    principals: dict[str, list[str]] | str | None = None  # {"AWS": [..]} or "*"
 
 
 @dataclass
@@ -66,6 +78,18 @@ class Deployment:
     alarms: list[Alarm]
     dashboard: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    role_statements: list[Statement] = field(default_factory=list)
+    role_arn: str = ""
+    operator_statements: list[Statement] | None = None
+    bootstrap_grants: list[tuple[str, str]] | None = None
+    bootstrap_statements: list[Statement] | None = None
+    # queue name -> the statements of its queue policy (absent: no policy)
+    queue_policies: dict[str, list[Statement]] = field(default_factory=dict)
+    producers: list[str] = field(default_factory=list)  # the producer principals asked for
+    kms_key: str = ""  # the customer managed key asked for ("" = AWS managed)
+    # What the deployer is refused before anything is created (SAM Rules,
+    # Terraform preconditions), as sentences: a rule may rely on them.
+    refusals: list[str] = field(default_factory=list)
 
 
 def arn_key(arn: str) -> tuple[str, str]:
@@ -86,6 +110,39 @@ def arn_key(arn: str) -> tuple[str, str]:
     return ("other", arn)
 
 
+def _listed(v: Any) -> list[Any]:
+    return [v] if isinstance(v, (str, int, bool)) else list(v or [])
+
+
+def policy_statements(doc: Any) -> list[Statement]:
+    if isinstance(doc, str):
+        doc = json.loads(doc)
+    statements = doc.get("Statement", [])
+    if isinstance(statements, dict):
+        statements = [statements]
+    out = []
+    for st in statements:
+        principal = st.get("Principal")
+        if isinstance(principal, dict):
+            principal = {k: [str(x) for x in _listed(v)] for k, v in principal.items()}
+        out.append(
+            Statement(
+                effect=st.get("Effect", "Allow"),
+                actions=_listed(st.get("Action")),
+                resources=_listed(st.get("Resource")),
+                condition={
+                    op: {
+                        k: [str(x).lower() if isinstance(x, bool) else str(x) for x in _listed(v)]
+                        for k, v in kv.items()
+                    }
+                    for op, kv in (st.get("Condition") or {}).items()
+                },
+                principals=principal,
+            )
+        )
+    return out
+
+
 def _policy_grants(doc: Any) -> tuple[list[tuple[str, str]], list[str]]:
     if isinstance(doc, str):
         doc = json.loads(doc)
@@ -94,17 +151,14 @@ def _policy_grants(doc: Any) -> tuple[list[tuple[str, str]], list[str]]:
     if isinstance(statements, dict):
         statements = [statements]
     for st in statements:
-        for key in ("NotAction", "NotResource"):
+        for key in ("NotAction", "NotResource", "NotPrincipal"):
             if key in st:
                 problems.append(f"statement uses {key}")
-        if st.get("Effect", "Allow") != "Allow":
+    for st in policy_statements(doc):
+        if st.effect != "Allow":
             continue
-        actions = st.get("Action", [])
-        resources = st.get("Resource", [])
-        actions = [actions] if isinstance(actions, str) else actions
-        resources = [resources] if isinstance(resources, str) else resources
-        for a in actions:
-            for r in resources:
+        for a in st.actions:
+            for r in st.resources:
                 grants.append((a, r))
     return grants, problems
 
@@ -156,6 +210,7 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
             visibility=int(p.get("VisibilityTimeout", SQS_DEFAULT_VISIBILITY)),
             retention=int(p.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)),
             sse=str(p.get("SqsManagedSseEnabled", "false")).lower() == "true" or "KmsMasterKeyId" in p,
+            kms_key=p.get("KmsMasterKeyId", ""),
         )
         _redrive(q, p.get("RedrivePolicy"))
         _redrive_allow(q, p.get("RedriveAllowPolicy"))
@@ -203,6 +258,8 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
             "ttl_enabled": p.get("TimeToLiveSpecification", {}).get("Enabled") in (True, "true"),
             "pitr": p.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled") in (True, "true"),
             "sse": p.get("SSESpecification", {}).get("SSEEnabled") in (True, "true"),
+            "kms_key": p.get("SSESpecification", {}).get("KMSMasterKeyId", ""),
+            "deletion_protection": str(p.get("DeletionProtectionEnabled", "false")).lower() == "true",
         }
 
     # Everything the function's role may do: its inline policies, and any
@@ -211,13 +268,17 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
     role_id = role_arn.rsplit("/", 1)[-1]
     grants: list[tuple[str, str]] = []
     unreadable: list[str] = []
+    role_statements: list[Statement] = []
     rp = s.props(role_id)
     for pol in rp.get("Policies", []):
         g, problems = _policy_grants(pol["PolicyDocument"])
         grants += g
         unreadable += problems
+        role_statements += policy_statements(pol["PolicyDocument"])
     unreadable += [f"managed policy {a}" for a in rp.get("ManagedPolicyArns", [])]
-    operator: list[tuple[str, str]] | None = None
+    # The CLI's two opt-in policies, attached to nothing (the deployer
+    # attaches them): OperatorPolicy and BootstrapPolicy.
+    unattached: dict[str, tuple[list[tuple[str, str]], list[Statement]]] = {}
     for type_ in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
         for lid in s.of_type(type_):
             p = s.props(lid)
@@ -225,8 +286,21 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
             if role_id in p.get("Roles", []):
                 grants += g
                 unreadable += problems
+                role_statements += policy_statements(p["PolicyDocument"])
             elif not p.get("Roles") and not p.get("Users") and not p.get("Groups"):
-                operator = (operator or []) + g
+                unattached[lid] = (g, policy_statements(p["PolicyDocument"]))
+    extra = sorted(set(unattached) - {"OperatorPolicy", "BootstrapPolicy"})
+    if extra:
+        raise AssertionError(f"unattached policies other than OperatorPolicy/BootstrapPolicy: {extra}")
+    operator, operator_st = unattached.get("OperatorPolicy", (None, None))
+    bootstrap, bootstrap_st = unattached.get("BootstrapPolicy", (None, None))
+
+    queue_policies: dict[str, list[Statement]] = {}
+    for lid in s.of_type("AWS::SQS::QueuePolicy"):
+        p = s.props(lid)
+        for url in p["Queues"]:
+            queue_policies.setdefault(url.rsplit("/", 1)[-1], []).extend(policy_statements(p["PolicyDocument"]))
+    producers = [x for x in _listed(s.params.get("ProducerPrincipalArns", "").split(",")) if x]
 
     alarms = []
     for lid in s.of_type("AWS::CloudWatch::Alarm"):
@@ -255,9 +329,13 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
     dashboards = s.of_type("AWS::CloudWatch::Dashboard")
     dashboard = json.loads(s.props(next(iter(dashboards)))["DashboardBody"]) if dashboards else None
 
-    return _finish(
-        Deployment(queues, None, None, table, function, esm, grants, unreadable, operator, alarms, dashboard)
-    )
+    d = Deployment(queues, None, None, table, function, esm, grants, unreadable, operator, alarms, dashboard)
+    d.role_statements, d.role_arn = role_statements, role_arn
+    d.operator_statements, d.bootstrap_grants, d.bootstrap_statements = operator_st, bootstrap, bootstrap_st
+    d.queue_policies, d.producers = queue_policies, producers
+    d.kms_key = s.params.get("KmsKeyArn", "")
+    d.refusals = cfn_eval.rule_refusals(template, s.params)
+    return _finish(d)
 
 
 # ---------------------------------------------------------------------------
@@ -272,7 +350,8 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
             name=m.arg(b, "name"),
             visibility=int(m.arg(b, "visibility_timeout_seconds", SQS_DEFAULT_VISIBILITY)),
             retention=int(m.arg(b, "message_retention_seconds", SQS_DEFAULT_RETENTION)),
-            sse=m.arg(b, "sqs_managed_sse_enabled", False) is True or "kms_master_key_id" in b.attributes,
+            sse=m.arg(b, "sqs_managed_sse_enabled", False) is True or bool(m.arg(b, "kms_master_key_id")),
+            kms_key=m.arg(b, "kms_master_key_id") or "",
         )
         _redrive(q, m.arg(b, "redrive_policy"))
         _redrive_allow(q, m.arg(b, "redrive_allow_policy"))
@@ -331,12 +410,15 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
             "ttl_enabled": bool(ttl) and m.arg(ttl[0], "enabled", False) is True,
             "pitr": bool(pitr) and m.arg(pitr[0], "enabled", False) is True,
             "sse": bool(sse) and m.arg(sse[0], "enabled", False) is True,
+            "kms_key": (m.arg(sse[0], "kms_key_arn") or "") if sse else "",
+            "deletion_protection": m.arg(b, "deletion_protection_enabled", False) is True,
         }
 
     role_arn = m.arg(fb, "role")
     role_name = role_arn.rsplit("/", 1)[-1]
     grants: list[tuple[str, str]] = []
     unreadable: list[str] = []
+    role_statements: list[Statement] = []
     for b in m.resources_of("aws_iam_role").values():
         if m.arg(b, "name") == role_name:
             unreadable += [f"managed policy {a}" for a in m.arg(b, "managed_policy_arns", []) or []]
@@ -344,20 +426,33 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
                 g, problems = _policy_grants(m.arg(ip, "policy"))
                 grants += g
                 unreadable += problems
+                role_statements += policy_statements(m.arg(ip, "policy"))
     for b in m.resources_of("aws_iam_role_policy").values():
         if m.arg(b, "role") == role_name:
             g, problems = _policy_grants(m.arg(b, "policy"))
             grants += g
             unreadable += problems
+            role_statements += policy_statements(m.arg(b, "policy"))
     attached: set[str] = set()
     for b in m.resources_of("aws_iam_role_policy_attachment").values():
         attached.add(str(m.arg(b, "policy_arn")))
         if m.arg(b, "role") == role_name:
             unreadable.append(f"attached policy {m.arg(b, 'policy_arn')}")
-    operator: list[tuple[str, str]] | None = None
-    for b in m.resources_of("aws_iam_policy").values():
+    # The CLI's two opt-in policies: aws_iam_policy.operator and .bootstrap.
+    unattached: dict[str, tuple[list[tuple[str, str]], list[Statement]]] = {}
+    for name, b in m.resources_of("aws_iam_policy").items():
         g, _ = _policy_grants(m.arg(b, "policy"))
-        operator = (operator or []) + g
+        unattached[name] = (g, policy_statements(m.arg(b, "policy")))
+    extra = sorted(set(unattached) - {"operator", "bootstrap"})
+    if extra:
+        raise AssertionError(f"aws_iam_policy resources other than operator/bootstrap: {extra}")
+    operator, operator_st = unattached.get("operator", (None, None))
+    bootstrap, bootstrap_st = unattached.get("bootstrap", (None, None))
+
+    queue_policies: dict[str, list[Statement]] = {}
+    for b in m.resources_of("aws_sqs_queue_policy").values():
+        url = m.arg(b, "queue_url")
+        queue_policies.setdefault(url.rsplit("/", 1)[-1], []).extend(policy_statements(m.arg(b, "policy")))
 
     alarms = []
     for b in m.resources_of("aws_cloudwatch_metric_alarm").values():
@@ -382,9 +477,14 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
     dashboards = m.resources_of("aws_cloudwatch_dashboard")
     dashboard = json.loads(m.arg(next(iter(dashboards.values())), "dashboard_body")) if dashboards else None
 
-    return _finish(
-        Deployment(queues, None, None, table, function, esm, grants, unreadable, operator, alarms, dashboard)
-    )
+    d = Deployment(queues, None, None, table, function, esm, grants, unreadable, operator, alarms, dashboard)
+    d.role_statements, d.role_arn = role_statements, role_arn
+    d.operator_statements, d.bootstrap_grants, d.bootstrap_statements = operator_st, bootstrap, bootstrap_st
+    d.queue_policies = queue_policies
+    d.producers = list(m.vars.get("producer_principal_arns") or [])
+    d.kms_key = m.vars.get("kms_key_arn") or ""
+    d.refusals = m.failed_preconditions()
+    return _finish(d)
 
 
 def terraform_inputs_from_example(example_dir: Path, module_name: str) -> tuple[Path, dict[str, Any]]:
@@ -537,6 +637,134 @@ def rule_function_contract(d: Deployment) -> list[str]:
     return out
 
 
+def rule_reserved_keys(d: Deployment) -> list[str]:
+    """The function role may not Update or Delete idemq's own items (markers
+    and failure records are only ever Put), and still may Put and read them."""
+    prefix = d.function["env"].get("IDEMQ_KEY_PREFIX", "idemq#")
+    want = {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": [f"{prefix}*"]}}
+    table = d.table.get("name")
+    guarded: set[str] = set()
+    out = []
+    for st in d.role_statements:
+        on_table = any(arn_key(r) == ("table", table) for r in st.resources)
+        if st.effect != "Deny" or not on_table:
+            continue
+        if st.condition == want:
+            guarded |= set(st.actions)
+        blocked = {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:ConditionCheckItem"} & set(st.actions)
+        if blocked:
+            out.append(
+                f"function role denies {sorted(blocked)} on {table} ({st.condition}): markers could not be written"
+            )
+    missing = {"dynamodb:UpdateItem", "dynamodb:DeleteItem"} - guarded
+    if missing:
+        out.append(
+            f"function role does not deny {sorted(missing)} on {table} for keys {prefix}* (markers could be rewritten)"
+        )
+    return out
+
+
+ACCOUNT = "123456789012"  # cfn_eval.ACCOUNT, tf_eval.ACCOUNT
+
+
+def _everyone(principals: Any) -> bool:
+    return principals == "*" or principals == {"AWS": ["*"]} or principals == {"*": ["*"]}
+
+
+def rule_queue_policy(d: Deployment) -> list[str]:
+    """Both queues: TLS only, and SendMessage only by the named producers (and
+    the function, on the DLQ); none named = this account only."""
+    if e := _queues_found(d):
+        return e
+    out = []
+    for q, extra in ((d.source, []), (d.dlq, [d.role_arn])):
+        arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:{q.name}"
+        sts = d.queue_policies.get(q.name)
+        if not sts:
+            out.append(f"queue {q.name} has no queue policy")
+            continue
+        on_q = [st for st in sts if st.resources == [arn]]
+        if len(on_q) != len(sts):
+            out.append(f"queue {q.name}: a statement of its policy names another resource")
+        tls = {"Bool": {"aws:SecureTransport": ["false"]}}
+        if not any(
+            st.effect == "Deny"
+            and _everyone(st.principals)
+            and set(st.actions) & {"sqs:*", "*"}
+            and st.condition == tls
+            for st in on_q
+        ):
+            out.append(f"queue {q.name}: no Deny of sqs:* to everyone when aws:SecureTransport is false")
+        if d.producers:
+            senders = {"StringNotEquals": {"aws:PrincipalArn": sorted({*d.producers, *extra})}}
+            allowed = sorted(d.producers)
+        else:
+            senders = {"StringNotEquals": {"aws:PrincipalAccount": [ACCOUNT]}}
+            allowed = [f"arn:aws:iam::{ACCOUNT}:root"]
+        guard = [
+            st
+            for st in on_q
+            if st.effect == "Deny"
+            and _everyone(st.principals)
+            and set(st.actions) & {"sqs:SendMessage", "sqs:*", "*"}
+            and st.condition != tls
+        ]
+        if not any(
+            {op: {k: sorted(v) for k, v in kv.items()} for op, kv in st.condition.items()} == senders for st in guard
+        ):
+            out.append(
+                f"queue {q.name}: SendMessage is not denied to all but {senders} "
+                f"(found {[st.condition for st in guard]})"
+            )
+        for st in on_q:
+            if st.effect != "Allow":
+                continue
+            who = st.principals.get("AWS", []) if isinstance(st.principals, dict) else st.principals
+            if _everyone(st.principals) or sorted(who) != allowed or st.actions != ["sqs:SendMessage"]:
+                out.append(f"queue {q.name}: allows {st.actions} to {st.principals}, not SendMessage to {allowed}")
+    return out
+
+
+def rule_kms_key(d: Deployment) -> list[str]:
+    """A customer managed key, when given, encrypts both queues and the
+    table; without one, SQS-managed SSE and the AWS managed table key."""
+    if e := _queues_found(d):
+        return e
+    out = []
+    for q in (d.source, d.dlq):
+        if q.kms_key != d.kms_key:
+            out.append(
+                f"queue {q.name} is encrypted with {q.kms_key or 'SQS-managed SSE'}, not {d.kms_key or 'SQS-managed SSE'}"
+            )
+    if d.table.get("kms_key", "") != d.kms_key:
+        out.append(
+            f"table {d.table.get('name')} uses key {d.table.get('kms_key') or 'AWS managed'}, not {d.kms_key or 'AWS managed'}"
+        )
+    return out
+
+
+def backoff_cap(d: Deployment) -> int:
+    """The function's IDEMQ_BACKOFF_CAP in seconds (src/backoff.rs default 15 min)."""
+    raw = d.function["env"].get("IDEMQ_BACKOFF_CAP")
+    return 15 * 60 if raw is None else parse_duration(raw)
+
+
+def rule_retries_fit_retention(d: Deployment) -> list[str]:
+    """maxReceiveCount x (visibility timeout + backoff cap) <= half the source
+    retention: SQS deletes a message at retention expiry, in flight or not,
+    and never dead-letters it."""
+    if e := _queues_found(d):
+        return e
+    m, v, r, cap = d.source.max_receive_count or 0, d.source.visibility, d.source.retention, backoff_cap(d)
+    span = m * (v + cap)
+    if 2 * span > r:
+        return [
+            f"maxReceiveCount {m} x (visibility timeout {v}s + backoff cap {cap}s) = {span}s of retries "
+            f"does not fit in half the source retention {r}s"
+        ]
+    return []
+
+
 RULES: dict[str, Callable[[Deployment], list[str]]] = {
     "visibility_timeout": rule_visibility_timeout,
     "max_receive_count": rule_max_receive_count,
@@ -546,7 +774,63 @@ RULES: dict[str, Callable[[Deployment], list[str]]] = {
     "encryption": rule_encryption,
     "pitr": rule_pitr,
     "function_contract": rule_function_contract,
+    "reserved_keys": rule_reserved_keys,
+    "queue_policy": rule_queue_policy,
+    "kms_key": rule_kms_key,
+    "retries_fit_retention": rule_retries_fit_retention,
 }
+
+
+def settings(d: Deployment) -> dict[str, Any]:
+    """What the two templates must agree on, for the same inputs: the
+    table's and the queues' settings."""
+    t = d.table
+    queue = lambda q: {  # noqa: E731
+        "visibility": q.visibility,
+        "retention": q.retention,
+        "sse": q.sse,
+        "kms_key": q.kms_key,
+        "max_receive_count": q.max_receive_count,
+        "redrive_permission": q.redrive_permission,
+        "policy": sorted(
+            json.dumps([st.effect, sorted(st.actions), st.condition, st.principals], sort_keys=True).replace(
+                d.role_arn, "<function role>"
+            )
+            for st in d.queue_policies.get(q.name, [])
+        ),
+    }
+    return {
+        "table": {
+            k: t.get(k)
+            for k in (
+                "billing",
+                "key",
+                "attributes",
+                "ttl_attribute",
+                "ttl_enabled",
+                "pitr",
+                "sse",
+                "kms_key",
+                "deletion_protection",
+            )
+        },
+        "source": queue(d.source) if d.source else None,
+        "dlq": queue(d.dlq) if d.dlq else None,
+        "backoff_cap": backoff_cap(d),
+    }
+
+
+def differences(a: Deployment, b: Deployment) -> list[str]:
+    sa, sb = settings(a), settings(b)
+    out = []
+    for part in sa:
+        if isinstance(sa[part], dict) and isinstance(sb[part], dict):
+            for k in sa[part]:
+                if sa[part][k] != sb[part].get(k):
+                    out.append(f"{part}.{k}: {sa[part][k]} / {sb[part].get(k)}")
+        elif sa[part] != sb[part]:
+            out.append(f"{part}: {sa[part]} / {sb[part]}")
+    return out
 
 
 def violations(d: Deployment) -> dict[str, list[str]]:

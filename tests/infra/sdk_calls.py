@@ -342,6 +342,50 @@ def _collect_fns(text: str, module: str, path: Path, crate: Crate) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _chain_end(body: str, at: int) -> tuple[int, list[str]]:
+    """From just after a call, the method names chained on it (`.a(..)`,
+    `.b::<T>(..)`, `?`, `.await`) and where the chain ends."""
+    names = []
+    i, n = at, len(body)
+    while True:
+        j = i
+        while j < n and body[j].isspace():
+            j += 1
+        if j < n and body[j] == "?":
+            i = j + 1
+            continue
+        m = re.match(r"\.\s*([a-z_]\w*)\s*(?:::<[^>]*>)?\s*", body[j:])
+        if not m:
+            return i, names
+        k = j + m.end()
+        if k < n and body[k] == "(":
+            names.append(m.group(1))
+            i = _match_close(body, k, "(", ")") + 1
+        else:  # a field or `.await`
+            i = k
+        if m.group(1) == "await":
+            continue
+
+
+def _is_sent(body: str, start: int, end: int) -> bool:
+    """Is the builder made by the call at body[start:end] sent?"""
+    _, chain = _chain_end(body, end)
+    if "send" in chain:
+        return True
+    # `let [mut] name = receiver.op()...;` and later `name.send()` (or a
+    # reassignment chain that sends it: `name = name.x(..)` then `name.send()`).
+    stmt_start = max(body.rfind(";", 0, start), body.rfind("{", 0, start), body.rfind("}", 0, start)) + 1
+    m = re.match(r"\s*let\s+(?:mut\s+)?([a-z_]\w*)\s*(?::[^=]+)?=", body[stmt_start:start])
+    if m is None:
+        return False
+    name = m.group(1)
+    for use in re.finditer(rf"(?<![\w.]){name}\b(?=\s*\.)", body[end:]):
+        _, chain = _chain_end(body, end + use.end())
+        if "send" in chain:
+            return True
+    return False
+
+
 @dataclass
 class Reach:
     ops: dict[str, list[str]]  # operation -> call path that reaches it (entry first)
@@ -436,17 +480,42 @@ class CallGraph:
         return out
 
     def sdk_calls_in(self, f: Fn) -> list[str]:
-        return [m.group(1) for m in re.finditer(r"\.\s*([a-z_]\w*)\s*\(\s*\)", f.body) if m.group(1) in self.sdk_ops]
+        """The `.operation()` calls in `f` that are SDK calls.
 
-    def reach(self, entry_module: str, entry_fn: str = "main") -> Reach:
+        A name alone does not tell: the CLI has its own `scan()` method, and
+        `scan` is also a DynamoDB operation. An SDK call makes a fluent
+        builder that is sent: `.send()` follows in its method chain, or is
+        called on the `let` binding that holds it. A `.name()` that is never
+        sent is the crate's own method when the crate has a method of that
+        name taking no arguments; any other is still counted, so an unusual
+        builder use over-grants rather than goes missing.
+        """
+        out = []
+        for m in re.finditer(r"\.\s*([a-z_]\w*)\s*\(\s*\)", f.body):
+            op = m.group(1)
+            if op not in self.sdk_ops:
+                continue
+            if _is_sent(f.body, m.start(), m.end()) or not any(c.params == 0 for c in self.methods.get(op, [])):
+                out.append(op)
+        return out
+
+    def reach(self, entry_module: str, entry_fn: str = "main", skip: tuple[str, ...] = ()) -> Reach:
+        """What `entry_module::entry_fn` can reach, not going through the
+        functions labelled in `skip`."""
         start = self.free.get((entry_module, entry_fn))
         if start is None:
             raise RuntimeError(f"no fn {entry_fn} in {entry_module}")
+        missing = [s for s in skip if not any(f.label == s for f in self.crate.fns)]
+        if missing:
+            raise RuntimeError(f"no fn {missing} to leave out")
         seen: dict[int, list[str]] = {id(start): [start.label]}
+        seen.update({id(f): [f.label] for f in self.crate.fns if f.label in skip})
         queue = [start]
         ops: dict[str, list[str]] = {}
         while queue:
             f = queue.pop(0)
+            if f.label in skip:
+                continue
             trail = seen[id(f)]
             for op in self.sdk_calls_in(f):
                 ops.setdefault(op, trail)
@@ -464,10 +533,10 @@ class Needs:
     actions: dict[str, str]
 
 
-def needs(repo: Path, entry: Path, entry_module: str) -> Needs:
+def needs(repo: Path, entry: Path, entry_module: str, entry_fn: str = "main", skip: tuple[str, ...] = ()) -> Needs:
     ops = sdk_operations(repo)
     graph = CallGraph(read_crate(repo, [entry] if not entry.is_relative_to(repo / "src") else []), ops)
-    r = graph.reach(entry_module)
+    r = graph.reach(entry_module, entry_fn, skip)
     actions: dict[str, str] = {}
     for op, trail in sorted(r.ops.items()):
         for a in iam_actions(op, ops[op]):
@@ -480,6 +549,23 @@ def function_needs(repo: Path) -> Needs:
     return needs(repo, repo / "examples" / "ledger.rs", "example:ledger")
 
 
+CLI_MAIN = ("src", "bin", "idemq", "main.rs")
+# `idemq init`: the one subcommand that creates and changes resources.
+INIT_ENTRY = "run_init"
+
+
 def cli_needs(repo: Path) -> Needs:
-    """The operator CLI: src/bin/idemq `main`."""
-    return needs(repo, repo / "src" / "bin" / "idemq" / "main.rs", "bin:idemq")
+    """The whole operator CLI: src/bin/idemq `main`."""
+    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq")
+
+
+def bootstrap_needs(repo: Path) -> Needs:
+    """`idemq init` alone: what the bootstrap policy grants."""
+    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", INIT_ENTRY)
+
+
+def operator_needs(repo: Path) -> Needs:
+    """Every other subcommand (`send`, `dlq ...`): what the operator policy
+    grants. `init`'s own calls are left out unless another command makes
+    them too."""
+    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", skip=(f"bin:idemq::{INIT_ENTRY}",))

@@ -112,6 +112,7 @@ def _part(sam_raw: dict[str, Any], *logical_ids: str) -> dict[str, Any]:
         "AWSTemplateFormatVersion": "2010-09-09",
         "Parameters": sam_raw["Parameters"],
         "Mappings": sam_raw["Mappings"],
+        "Conditions": sam_raw["Conditions"],
         "Resources": {lid: sam_raw["Resources"][lid] for lid in logical_ids},
     }
 
@@ -209,6 +210,12 @@ def test_table_deploys_like_idemq_init(repo, sam, aws, idemq_bin):
             }
 
         assert shape(cfn_name) == shape(init_name)
+        # The template protects its table from deletion (moto reports it).
+        deployed = ddb.describe_table(TableName=cfn_name)["Table"]
+        if "DeletionProtectionEnabled" in deployed:
+            # moto's CloudFormation passes the parameter's string through
+            # where AWS converts it to the boolean property.
+            assert deployed["DeletionProtectionEnabled"] in (True, "true"), deployed["DeletionProtectionEnabled"]
         init_ttl = ddb.describe_time_to_live(TableName=init_name)["TimeToLiveDescription"]
         declared = sam.raw["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"]
         assert init_ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": declared["AttributeName"]}
@@ -226,7 +233,10 @@ def test_table_deploys_like_idemq_init(repo, sam, aws, idemq_bin):
         aws["cfn_ddb"].delete_stack(StackName=stack)
         for name in (cfn_name, init_name):
             try:
-                ddb.delete_table(TableName=name)  # DeletionPolicy: Retain keeps it
+                # DeletionPolicy: Retain keeps it, and deletion protection
+                # must be lifted first.
+                ddb.update_table(TableName=name, DeletionProtectionEnabled=False)
+                ddb.delete_table(TableName=name)
             except ddb.exceptions.ResourceNotFoundException:
                 pass
         for name in (init_name, f"{init_name}-dlq"):
@@ -234,3 +244,41 @@ def test_table_deploys_like_idemq_init(repo, sam, aws, idemq_bin):
                 aws["sqs"].delete_queue(QueueUrl=aws["sqs"].get_queue_url(QueueName=name)["QueueUrl"])
             except aws["sqs"].exceptions.QueueDoesNotExist:
                 pass
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["no-producers", "named-producers"])
+def test_source_queue_policy_deploys_as_the_rules_read_it(sam, aws, named):
+    """CloudFormation resolves the policy's conditional parts (the Fn::If on
+    the sender condition) into what tests/infra's rules check."""
+    suffix = f"{os.getpid()}-{random.randrange(10**6)}"
+    name, stack = f"infra-qp-{suffix}", f"idemq-infra-qp-{suffix}"
+    producers = ["arn:aws:iam::000000000000:role/orders-api", "arn:aws:iam::000000000000:role/operators"]
+    params = {"QueueName": name, "ProducerPrincipalArns": ",".join(producers) if named else ""}
+    try:
+        _deploy(aws["cfn_sqs"], stack, _part(sam.raw, "DeadLetterQueue", "SourceQueue", "SourceQueuePolicy"), params)
+        sqs = aws["sqs"]
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy", "QueueArn"])["Attributes"]
+        account = attrs["QueueArn"].split(":")[4]
+        by_sid = {st["Sid"]: st for st in json.loads(attrs["Policy"])["Statement"]}
+        assert by_sid["DenyInsecureTransport"]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        guard = by_sid["DenyOtherSenders"]["Condition"]["StringNotEquals"]
+        allowed = by_sid["AllowProducers"]["Principal"]["AWS"]
+        if named:
+            assert guard == {"aws:PrincipalArn": producers}
+            assert allowed == producers
+        else:
+            assert guard == {"aws:PrincipalAccount": account}
+            assert allowed == f"arn:aws:iam::{account}:root"
+    finally:
+        try:
+            aws["cfn_sqs"].delete_stack(StackName=stack)
+        except aws["cfn_sqs"].exceptions.ClientError:
+            # LocalStack's DeleteStack re-reads a CommaDelimitedList parameter
+            # as a string and fails on the Fn::Join of HasProducers (its
+            # CreateStack does not): remove the queues by hand.
+            for q in (name, f"{name}-dlq"):
+                try:
+                    aws["sqs"].delete_queue(QueueUrl=aws["sqs"].get_queue_url(QueueName=q)["QueueUrl"])
+                except aws["sqs"].exceptions.QueueDoesNotExist:
+                    pass

@@ -36,12 +36,50 @@ def test_defaults_are_what_idemq_init_creates(template):
 
 
 def test_function_role_is_exactly_what_the_code_calls(template, function_actions):
-    assert checks.check_function_role(template.deployment(), function_actions) == []
+    for d in cases.variants(template):
+        assert checks.check_function_role(d, function_actions) == [], (d.kms_key, d.producers)
+    # With a key, the function gets exactly Decrypt and GenerateDataKey on it.
+    with_key = cases.variants(template)[2]
+    assert sorted(a for a, r in with_key.role_grants if r == cases.KMS_KEY) == ["kms:Decrypt", "kms:GenerateDataKey"]
 
 
-def test_operator_policy_is_exactly_what_the_cli_calls(template, cli_actions):
+def test_templates_agree_on_table_and_queue_settings(sam, terraform):
+    assert agreement(sam, terraform) == []
+    # Not vacuous: the comparison saw the settings that matter.
+    s = model.settings(sam.deployment())
+    assert s["table"]["deletion_protection"] is True and s["table"]["pitr"] is True and s["table"]["sse"] is True
+    assert s["table"]["ttl_attribute"] == "expires_at" and s["table"]["key"] == [("pk", "HASH")]
+    assert len(s["source"]["policy"]) == 3 and len(s["dlq"]["policy"]) == 3
+
+
+def test_the_retention_guards_are_exact_and_say_the_numbers(template):
+    """Each template refuses exactly the receives x timeout x retention
+    combinations that break the rule (no safe one is refused), and the
+    refusal names the numbers a deployer needs."""
+    checked = 0
+    for inputs in cases.retry_inputs():
+        d = template.deployment(inputs)
+        broken = model.rule_retries_fit_retention(d) != []
+        refusals = [r for r in d.refusals if "retention" in r]
+        if template.accepts_ignoring_retries(inputs):
+            checked += 1
+            assert broken == bool(refusals), (inputs, refusals)
+    assert checked >= 100
+    d = template.deployment(
+        {"max_receive_count": 100, "function_timeout": 900, "batching_window": 60, "source_retention_days": 13}
+    )
+    (message,) = [r for r in d.refusals if "retention" in r]
+    assert "100" in message and "5460" in message and "900" in message, message
+
+
+def test_operator_policy_is_exactly_what_the_cli_calls(template, operator_actions):
     assert template.deployment().operator_grants is None, "the operator policy is opt-in"
-    assert checks.check_operator_policy(template.with_operator(), cli_actions) == []
+    assert checks.check_operator_policy(template.with_operator(), operator_actions) == []
+
+
+def test_bootstrap_policy_is_exactly_what_idemq_init_calls(template, bootstrap_actions):
+    assert template.deployment().bootstrap_grants is None, "the bootstrap policy is opt-in"
+    assert checks.check_bootstrap_policy(template.with_bootstrap(), bootstrap_actions) == []
 
 
 def test_alarms_and_dashboard(template, repo):
@@ -49,30 +87,57 @@ def test_alarms_and_dashboard(template, repo):
     assert checks.check_alarms(template.deployment(), repo, None) == []
 
 
-def _fails(t, b, repo, function_actions, cli_actions, good: bool) -> list[str]:
+CODE_RULES = ["iam", "operator", "bootstrap", "alarms"]
+
+
+def agreement(sam, terraform) -> list[str]:
+    """Where the two templates deploy different table or queue settings for
+    the same inputs. Compared at the batching window SAM's visibility mapping
+    assumes (its maximum, 60 s), where both compute the same timeout."""
+    out = []
+    for inputs in cases.agreement_inputs():
+        if sam.accepts(inputs) and terraform.accepts(inputs):
+            out += [
+                f"{p} (inputs {inputs})"
+                for p in model.differences(sam.deployment(inputs), terraform.deployment(inputs))
+            ]
+    return out
+
+
+def _fails(t, b, repo, actions, good: bool, other=None) -> list[str]:
     """What the checks report for the rule a broken copy breaks."""
+    if b.rule == "templates_agree":
+        return agreement(t, other) if t.kind == "sam" else agreement(other, t)
     if b.rule in model.RULES:
         if good:
             return cases.check_all_inputs(t).failures.get(b.rule, [])
         return cases.first_failure(t, b.rule)
     if b.rule == "iam":
-        return checks.check_function_role(t.deployment(), function_actions)
+        return [p for d in cases.variants(t) for p in checks.check_function_role(d, actions["function"])]
     if b.rule == "operator":
-        return checks.check_operator_policy(t.with_operator(), cli_actions)
+        return [
+            p for d in cases.variants(t, operator=True) for p in checks.check_operator_policy(d, actions["operator"])
+        ]
+    if b.rule == "bootstrap":
+        return checks.check_bootstrap_policy(t.with_bootstrap(), actions["bootstrap"])
     if b.rule == "alarms":
         return checks.check_alarms(t.with_topic(TOPIC), repo, TOPIC)
     raise AssertionError(b.rule)
 
 
 @pytest.mark.parametrize("b", cases.BREAKS, ids=lambda b: b.id)
-def test_a_broken_copy_fails_its_rule(b, sam, terraform, repo, function_actions, cli_actions):
+def test_a_broken_copy_fails_its_rule(b, sam, terraform, repo, function_actions, operator_actions, bootstrap_actions):
     good = {"sam": sam, "terraform": terraform}[b.kind]
-    assert _fails(good, b, repo, function_actions, cli_actions, True) == [], "the unbroken template must pass"
-    problems = _fails(cases.broken(good, b), b, repo, function_actions, cli_actions, False)
+    other = {"sam": terraform, "terraform": sam}[b.kind]
+    actions = {"function": function_actions, "operator": operator_actions, "bootstrap": bootstrap_actions}
+    assert _fails(good, b, repo, actions, True, other) == [], "the unbroken template must pass"
+    problems = _fails(cases.broken(good, b), b, repo, actions, False, other)
     assert problems, f"{b.kind} broken by '{b.why}' still passes rule {b.rule}"
+    assert any(b.expect in p for p in problems), f"{b.kind} broken by '{b.why}' fails, but not for that: {problems}"
 
 
 def test_every_rule_has_a_broken_copy_for_both_templates():
     covered = {(b.rule, b.kind) for b in cases.BREAKS}
-    rules = [*model.RULES, "iam", "operator", "alarms"]
+    rules = [*model.RULES, *CODE_RULES, "templates_agree"]
     assert {(r, k) for r in rules for k in ("sam", "terraform")} <= covered
+    assert all(b.expect for b in cases.BREAKS), "every broken copy says what it must be caught for"

@@ -22,10 +22,26 @@ def test_the_function_needs_what_its_code_calls(function_actions):
     )
 
 
-def test_cli_only_code_is_not_in_the_function(function_actions, cli_actions):
-    # src/init.rs is reached by the function only through retention().
-    for cli_only in ("sqs:CreateQueue", "sqs:SetQueueAttributes", "dynamodb:CreateTable", "dynamodb:UpdateTimeToLive"):
-        assert cli_only in cli_actions and cli_only not in function_actions, cli_only
+def test_init_only_code_is_in_the_bootstrap_policy_alone(
+    function_actions, cli_actions, operator_actions, bootstrap_actions
+):
+    # src/init.rs is reached by the function only through retention(), and
+    # by the CLI only through `idemq init`.
+    for init_only in ("sqs:CreateQueue", "sqs:SetQueueAttributes", "dynamodb:CreateTable", "dynamodb:UpdateTimeToLive"):
+        assert init_only in bootstrap_actions, init_only
+        assert init_only not in operator_actions and init_only not in function_actions, init_only
+    # The two CLI policies together are the whole CLI: nothing falls between.
+    assert set(operator_actions) | set(bootstrap_actions) == set(cli_actions)
+    # And the operator keeps what `dlq` needs.
+    assert {"sqs:ReceiveMessage", "sqs:StartMessageMoveTask", "dynamodb:BatchGetItem"} <= set(operator_actions)
+
+
+def test_no_code_scans_the_table(cli_actions, function_actions):
+    """The CLI's own `Ctx::scan()` (a DLQ peek) is not DynamoDB's Scan: the
+    reader used to match it by name, and the operator policy granted a
+    table-wide read of every ledger item."""
+    assert "dynamodb:Scan" not in cli_actions
+    assert "dynamodb:Scan" not in function_actions
 
 
 def _crate(tmp: Path, files: dict[str, str]) -> Path:
@@ -72,3 +88,43 @@ pub fn entry() { crate::a::used(&c); }
     }
     graph = sdk_calls.CallGraph(sdk_calls.read_crate(repo, [repo / "examples" / "x.rs"]), ops)
     assert set(graph.reach("example:x").ops) == {"put_item", "get_item"}
+
+
+def test_a_local_method_named_like_an_operation_is_not_an_sdk_call(tmp_path):
+    repo = _crate(
+        tmp_path,
+        {
+            "src/lib.rs": "pub mod a;\npub use a::entry;\n",
+            "src/a.rs": """
+pub struct Ctx { peek: Peek }
+impl Ctx {
+    // Named like DynamoDB's Scan, but the crate's own: no builder, no send.
+    async fn scan(&self) -> Vec<u8> { self.peek.receive().await }
+    pub async fn list(&self) { let items = self.scan().await?; }
+}
+pub struct Peek { sqs: Client }
+impl Peek {
+    async fn receive(&self) -> Vec<u8> {
+        self.sqs.receive_message().queue_url("u").send().await?
+    }
+}
+pub async fn stored(c: &Client) {
+    // A builder kept in a binding and sent later is still a call.
+    let mut q = c.query().table_name("t");
+    q = q.limit(1);
+    q.send().await;
+}
+pub fn entry(ctx: &Ctx, c: &Client) { ctx.list(); stored(c); }
+""",
+            "examples/x.rs": "fn main() { idemq::entry(); }\n",
+        },
+    )
+    ops = {"scan": "dynamodb", "query": "dynamodb", "receive_message": "sqs"}
+    graph = sdk_calls.CallGraph(sdk_calls.read_crate(repo, [repo / "examples" / "x.rs"]), ops)
+    assert set(graph.reach("example:x").ops) == {"receive_message", "query"}
+    # Without a method of its own by that name, an unsent `.scan()` still
+    # counts (the reader over-grants rather than misses).
+    text = (repo / "src" / "a.rs").read_text().replace("async fn scan(&self)", "async fn peek_all(&self)")
+    (repo / "src" / "a.rs").write_text(text)
+    graph = sdk_calls.CallGraph(sdk_calls.read_crate(repo, [repo / "examples" / "x.rs"]), ops)
+    assert "scan" in graph.reach("example:x").ops

@@ -199,7 +199,20 @@ class Module:
                     ok = False
                 if ok is not True:
                     bad.append(name)
-        return bad
+        return bad + self.failed_preconditions()
+
+    def failed_preconditions(self) -> list[str]:
+        """The error messages of the resources' lifecycle preconditions that
+        fail for the current inputs (Terraform stops the plan on each)."""
+        out = []
+        for (type_, name), block in self.resources.items():
+            if self.count(block) == 0:
+                continue
+            for lc in block.sub("lifecycle"):
+                for pre in lc.sub("precondition"):
+                    if self.eval(pre.attributes["condition"]) is not True:
+                        out.append(f"{type_}.{name}: {self.eval(pre.attributes['error_message'])}")
+        return out
 
     # -- resources ---------------------------------------------------------
 
@@ -260,8 +273,11 @@ class Module:
     def policy_document(self, block: Block) -> dict[str, Any]:
         """An aws_iam_policy_document data source as the JSON policy it renders."""
         statements = []
+        # Statements merged in from other documents come first.
+        for doc in self.arg(block, "source_policy_documents", []) or []:
+            statements += json.loads(doc)["Statement"]
         for st in block.sub("statement"):
-            for unsupported in ("not_actions", "not_resources", "condition"):
+            for unsupported in ("not_actions", "not_resources", "not_principals"):
                 if unsupported in st.attributes or st.sub(unsupported):
                     raise Unsupported(f"policy statement with {unsupported}")
             s: dict[str, Any] = {"Effect": self.arg(st, "effect", "Allow")}
@@ -272,7 +288,15 @@ class Module:
                 s["Resource"] = self.arg(st, "resources")
             principals = st.sub("principals")
             if principals:
-                s["Principal"] = {self.arg(p_, "type"): self.arg(p_, "identifiers") for p_ in principals}
+                # type "*" with identifiers ["*"] renders as Principal "*".
+                kinds = {self.arg(p_, "type"): self.arg(p_, "identifiers") for p_ in principals}
+                s["Principal"] = "*" if kinds == {"*": ["*"]} else kinds
+            conditions = st.sub("condition")
+            if conditions:
+                cond: dict[str, dict[str, Any]] = {}
+                for c in conditions:
+                    cond.setdefault(self.arg(c, "test"), {})[self.arg(c, "variable")] = self.arg(c, "values")
+                s["Condition"] = cond
             statements.append(s)
         return {"Version": "2012-10-17", "Statement": statements}
 

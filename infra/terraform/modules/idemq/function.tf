@@ -63,6 +63,25 @@ data "aws_iam_policy_document" "function" {
     resources = [aws_dynamodb_table.idemq.arn]
   }
 
+  # idemq's own items (markers <prefix>job#..., failure records
+  # <prefix>failure#...) are only ever Put: no handler effect, bug or stolen
+  # credential of this role may rewrite or erase a marker, which would let its
+  # job be applied again. Effects on the ledger's own keys are untouched. A
+  # transaction's items are authorised one by one, by these same item actions.
+  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html
+  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html
+  statement {
+    sid       = "ReservedKeysArePutOnly"
+    effect    = "Deny"
+    actions   = ["dynamodb:UpdateItem", "dynamodb:DeleteItem"]
+    resources = [aws_dynamodb_table.idemq.arn]
+    condition {
+      test     = "ForAnyValue:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["${local.key_prefix}*"]
+    }
+  }
+
   # The log group exists (above), so no logs:CreateLogGroup.
   statement {
     sid       = "Logs"
@@ -75,6 +94,25 @@ resource "aws_iam_role_policy" "function" {
   name   = "idemq"
   role   = aws_iam_role.function.id
   policy = data.aws_iam_policy_document.function.json
+}
+
+# The customer managed key: receiving from and sending to queues encrypted
+# with it, and the table's items (Amazon SQS key management: a producer needs
+# GenerateDataKey and Decrypt, a consumer Decrypt;
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-key-management.html).
+data "aws_iam_policy_document" "function_kms" {
+  statement {
+    sid       = "KmsKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [local.kms_key]
+  }
+}
+
+resource "aws_iam_role_policy" "function_kms" {
+  count  = local.kms_key == "" ? 0 : 1
+  name   = "idemq-kms-key"
+  role   = aws_iam_role.function.id
+  policy = data.aws_iam_policy_document.function_kms.json
 }
 
 resource "aws_lambda_function" "this" {
@@ -98,12 +136,13 @@ resource "aws_lambda_function" "this" {
       IDEMQ_TABLE       = aws_dynamodb_table.idemq.name
       IDEMQ_MARKER_TTL  = "${local.marker_ttl_days}d"
       IDEMQ_CONCURRENCY = tostring(var.job_concurrency)
+      IDEMQ_BACKOFF_CAP = "${var.backoff_cap_seconds}s"
       IDEMQ_LOG         = "info"
     }
   }
 
-  # The role's policy must exist before the first invocation.
-  depends_on = [aws_iam_role_policy.function]
+  # The role's policies must exist before the first invocation.
+  depends_on = [aws_iam_role_policy.function, aws_iam_role_policy.function_kms]
 }
 
 resource "aws_lambda_event_source_mapping" "jobs" {

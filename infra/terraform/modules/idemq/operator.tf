@@ -1,17 +1,16 @@
-# Optional: what the `idemq` CLI calls on this deployment's resources
-# (`idemq init`, `idemq send`, `idemq dlq`), to attach to the operators' role.
-# tests/infra derives the action list from the code reachable from
-# src/bin/idemq.
+# Optional: what the `idemq` CLI calls on this deployment's resources, to
+# attach to the roles that run it. tests/infra derives both action lists from
+# the code reachable from src/bin/idemq: `idemq init` for the bootstrap
+# policy, every other subcommand for the operator policy.
 data "aws_iam_policy_document" "operator" {
-  # init creates/verifies both queues; send (and dlq redrive/import) send
-  # jobs to the source queue.
+  # send (and dlq redrive/import, and the native redrive's move task) send
+  # jobs to the source queue. Nothing here can change a queue's attributes
+  # or policy.
   statement {
     sid = "SourceQueue"
     actions = [
-      "sqs:CreateQueue",
       "sqs:GetQueueUrl",
       "sqs:GetQueueAttributes",
-      "sqs:SetQueueAttributes",
       "sqs:SendMessage",
     ]
     resources = [aws_sqs_queue.source.arn]
@@ -23,10 +22,8 @@ data "aws_iam_policy_document" "operator" {
   statement {
     sid = "DeadLetterQueue"
     actions = [
-      "sqs:CreateQueue",
       "sqs:GetQueueUrl",
       "sqs:GetQueueAttributes",
-      "sqs:SetQueueAttributes",
       "sqs:SendMessage",
       "sqs:ReceiveMessage",
       "sqs:ChangeMessageVisibility",
@@ -39,7 +36,70 @@ data "aws_iam_policy_document" "operator" {
     resources = [aws_sqs_queue.dlq.arn]
   }
 
-  # init creates/verifies the table; dlq reads the failure records.
+  # dlq reads the failure records, and only them: every key a read names
+  # must carry idemq's reserved prefix, so the ledger's own items (which may
+  # hold payload data) stay out of reach.
+  # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/specifying-conditions.html
+  statement {
+    sid = "FailureRecords"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:BatchGetItem",
+    ]
+    resources = [aws_dynamodb_table.idemq.arn]
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["${local.key_prefix}*"]
+    }
+  }
+}
+
+# With a customer managed key: send and receive on the queues encrypted with
+# it, read the failure records.
+data "aws_iam_policy_document" "operator_kms" {
+  source_policy_documents = [data.aws_iam_policy_document.operator.json]
+
+  statement {
+    sid       = "KmsKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [local.kms_key]
+  }
+}
+
+resource "aws_iam_policy" "operator" {
+  count       = var.create_operator_policy ? 1 : 0
+  name        = "${var.name}-operator"
+  description = "idemq CLI (send, dlq) on this deployment's queue, DLQ and failure records"
+  policy      = local.kms_key == "" ? data.aws_iam_policy_document.operator.json : data.aws_iam_policy_document.operator_kms.json
+}
+
+# `idemq init` only: creates (or verifies) the queues and the table. Not
+# needed when this module created them; kept apart from the operator policy
+# because SetQueueAttributes can rewrite a queue's policy.
+data "aws_iam_policy_document" "bootstrap" {
+  statement {
+    sid = "SourceQueue"
+    actions = [
+      "sqs:CreateQueue",
+      "sqs:GetQueueUrl",
+      "sqs:GetQueueAttributes",
+    ]
+    resources = [aws_sqs_queue.source.arn]
+  }
+
+  # SetQueueAttributes: the DLQ's RedriveAllowPolicy.
+  statement {
+    sid = "DeadLetterQueue"
+    actions = [
+      "sqs:CreateQueue",
+      "sqs:GetQueueUrl",
+      "sqs:GetQueueAttributes",
+      "sqs:SetQueueAttributes",
+    ]
+    resources = [aws_sqs_queue.dlq.arn]
+  }
+
   statement {
     sid = "Table"
     actions = [
@@ -47,17 +107,14 @@ data "aws_iam_policy_document" "operator" {
       "dynamodb:DescribeTable",
       "dynamodb:DescribeTimeToLive",
       "dynamodb:UpdateTimeToLive",
-      "dynamodb:GetItem",
-      "dynamodb:BatchGetItem",
-      "dynamodb:Scan",
     ]
     resources = [aws_dynamodb_table.idemq.arn]
   }
 }
 
-resource "aws_iam_policy" "operator" {
-  count       = var.create_operator_policy ? 1 : 0
-  name        = "${var.name}-operator"
-  description = "idemq CLI (init, send, dlq) on this deployment's queue, DLQ and table"
-  policy      = data.aws_iam_policy_document.operator.json
+resource "aws_iam_policy" "bootstrap" {
+  count       = var.create_bootstrap_policy ? 1 : 0
+  name        = "${var.name}-bootstrap"
+  description = "idemq init on this deployment's queue, DLQ and table"
+  policy      = data.aws_iam_policy_document.bootstrap.json
 }

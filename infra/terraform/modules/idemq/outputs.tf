@@ -29,3 +29,7 @@ output "dashboard_name" {
 output "operator_policy_arn" {
   value = var.create_operator_policy ? aws_iam_policy.operator[0].arn : null
 }
+
+output "bootstrap_policy_arn" {
+  value = var.create_bootstrap_policy ? aws_iam_policy.bootstrap[0].arn : null
+}

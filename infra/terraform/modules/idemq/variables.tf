@@ -120,6 +120,35 @@ variable "source_retention_days" {
   }
 }
 
+variable "backoff_cap_seconds" {
+  description = "The function's backoff ceiling (IDEMQ_BACKOFF_CAP). max_receive_count x (visibility timeout + this) must fit in half the source retention."
+  type        = number
+  default     = 900
+
+  validation {
+    # src/backoff.rs: a cap over SQS's 12 h visibility limit is refused.
+    condition     = var.backoff_cap_seconds >= 1 && var.backoff_cap_seconds <= 43200 && floor(var.backoff_cap_seconds) == var.backoff_cap_seconds
+    error_message = "backoff_cap_seconds: a whole number from 1 to 43200 (12 h)."
+  }
+}
+
+variable "producer_principal_arns" {
+  description = "IAM role/user ARNs that may send jobs (SendMessage) to the queue and the DLQ; include the roles that run `idemq send` and `idemq dlq redrive/import`. Whoever can send chooses job ids (docs/operations.md, Security model). Empty: principals of this account whose own IAM policies allow it, and no other account."
+  type        = list(string)
+  default     = []
+}
+
+variable "kms_key_arn" {
+  description = "A customer managed KMS key (ARN) for both queues and the table. Empty: SQS-managed SSE and DynamoDB's AWS managed key. The key policy must let this module's roles, the producers and the operators use it."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^(arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+)?$", var.kms_key_arn))
+    error_message = "kms_key_arn: a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID), or empty."
+  }
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic for alarm and OK notifications (empty: alarms without actions)."
   type        = string
@@ -157,7 +186,13 @@ variable "table_deletion_protection" {
 }
 
 variable "create_operator_policy" {
-  description = "Also create a policy with what the `idemq` CLI calls on these resources."
+  description = "Also create a policy with what `idemq send` and `idemq dlq` call on these resources."
+  type        = bool
+  default     = false
+}
+
+variable "create_bootstrap_policy" {
+  description = "Also create a policy with what `idemq init` calls (create/verify the queues and the table)."
   type        = bool
   default     = false
 }
