@@ -2,6 +2,11 @@
 //!
 //! Exit codes: 0 done, 1 failed (each failure named), 2 usage or
 //! configuration error (one line).
+//!
+//! Logs go to stderr at `warn`; `IDEMQ_LOG=debug` raises idemq's own logs
+//! only, and a dependency is raised by naming it
+//! (`IDEMQ_LOG=debug,aws_smithy_runtime=trace`): see
+//! `idemq::config::log_filter`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -56,11 +61,15 @@ struct InitArgs {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let filter = match idemq::config::log_filter(
+        std::env::var("IDEMQ_LOG").ok().as_deref(),
+        tracing_subscriber::filter::LevelFilter::WARN,
+    ) {
+        Ok(filter) => filter,
+        Err(e) => return usage_error(&e.to_string()),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IDEMQ_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
