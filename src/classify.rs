@@ -105,10 +105,9 @@ pub fn classify(attempt: Attempt) -> Verdict {
     };
     match attempt {
         Attempt::InvalidJobId(e) => dead(FailureKind::Permanent, &e),
-        Attempt::Undecodable(e) => dead(
-            FailureKind::Permanent,
-            &Undecodable(DecodeDetail::from(&e)),
-        ),
+        Attempt::Undecodable(e) => {
+            dead(FailureKind::Permanent, &Undecodable(DecodeDetail::from(&e)))
+        }
         Attempt::Handler(JobError::Transient {
             source,
             retry_after,
@@ -217,7 +216,9 @@ impl From<&serde_json::Error> for DecodeDetail {
 fn data_detail(message: &str) -> Option<String> {
     // Field names in these come from the type's declaration.
     for prefix in ["missing field `", "duplicate field `"] {
-        if let Some(name) = message.strip_prefix(prefix).and_then(|r| r.strip_suffix('`'))
+        if let Some(name) = message
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix('`'))
             && is_identifier(name)
         {
             return Some(message.to_owned());
@@ -231,7 +232,11 @@ fn data_detail(message: &str) -> Option<String> {
         "unknown field ",
     ]
     .into_iter()
-    .find_map(|p| message.strip_prefix(p).map(|rest| (p.trim_end_matches([':', ' ']), rest)))?;
+    .find_map(|p| {
+        message
+            .strip_prefix(p)
+            .map(|rest| (p.trim_end_matches([':', ' ']), rest))
+    })?;
     // serde's own kinds of value (serde::de::Unexpected), never the value.
     const KINDS: [&str; 17] = [
         "string",
@@ -360,7 +365,10 @@ mod tests {
              invalid type (got map, expected u32)"
         );
         let syntax = undecodable::<serde_json::Value>("{\"a\" 1}");
-        assert_eq!(syntax.chain, vec!["syntax error at line 1 column 6".to_string()]);
+        assert_eq!(
+            syntax.chain,
+            vec!["syntax error at line 1 column 6".to_string()]
+        );
         let eof = undecodable::<Vec<u32>>("[1,");
         assert_eq!(
             eof.chain,
@@ -402,9 +410,7 @@ mod tests {
             // A number where a string goes.
             r#"{"id":4111111111111111,"inner":{"amount":1,"kind":"Card"}}"#.to_string(),
             // A value crafted to look like serde's own wording.
-            format!(
-                r#"{{"id":"j","inner":{{"amount":"x, expected {SECRET}","kind":"Card"}}}}"#
-            ),
+            format!(r#"{{"id":"j","inner":{{"amount":"x, expected {SECRET}","kind":"Card"}}}}"#),
             format!(r#"{{"id":"j","inner":{{"amount":1,"kind":"{SECRET}`, expected `x"}}}}"#),
         ];
         for body in &cases {

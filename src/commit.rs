@@ -331,7 +331,10 @@ pub(crate) enum Cancellation<'a> {
     MarkerExists(Option<&'a Item>),
     Invalid(String),
     /// Transaction item `index` does not fit its table's key schema.
-    KeySchema { index: usize, message: String },
+    KeySchema {
+        index: usize,
+        message: String,
+    },
 }
 
 /// Whether a DynamoDB validation message says that a key does not fit the

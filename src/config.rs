@@ -363,7 +363,9 @@ mod tests {
             "lambda_runtime WARN",
         ];
         let seen = seen.lock().unwrap();
-        all.into_iter().filter(|e| seen.iter().any(|s| s == e)).collect()
+        all.into_iter()
+            .filter(|e| seen.iter().any(|s| s == e))
+            .collect()
     }
 
     /// Issue 16 item 2: `IDEMQ_LOG=trace` must not turn on the SDK's or

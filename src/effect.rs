@@ -396,9 +396,7 @@ impl MarkerSlot<'_> {
     /// attributes", https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValueUpdate.html)
     /// would erase the job's hash or expiry just the same.
     fn reserves(&self, write: &Write) -> bool {
-        let reserved = |v: Option<&AttributeValue>| {
-            matches!(v, Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix))
-        };
+        let reserved = |v: Option<&AttributeValue>| matches!(v, Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix));
         reserved(write.key.get(self.partition_key))
             || matches!(&write.kind, WriteKind::Put { attributes }
                 if reserved(attributes.get(self.partition_key)))

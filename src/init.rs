@@ -240,7 +240,14 @@ pub async fn init_with(
     .into_iter()
     .flatten()
     .collect();
-    let queue_url = ensure_queue(sqs, &queue_name, &queue_attrs, &mut created, &mut violations).await?;
+    let queue_url = ensure_queue(
+        sqs,
+        &queue_name,
+        &queue_attrs,
+        &mut created,
+        &mut violations,
+    )
+    .await?;
     let queue_arn = queue_arn(sqs, &queue_url).await?;
 
     // Only this queue may redrive into the DLQ, so a replay can always find
@@ -510,11 +517,7 @@ pub async fn ensure_table_with(
 }
 
 /// What an existing table lacks of what the templates give it.
-fn table_shortfalls(
-    table: &str,
-    t: &TableDescription,
-    protection: TableProtection,
-) -> Vec<String> {
+fn table_shortfalls(table: &str, t: &TableDescription, protection: TableProtection) -> Vec<String> {
     let mut out = Vec::new();
     let sse = t.sse_description().and_then(|d| d.status());
     if !matches!(sse, Some(SseStatus::Enabled | SseStatus::Enabling)) {
@@ -536,7 +539,8 @@ fn table_shortfalls(
         .provisioned_throughput()
         .and_then(|p| p.read_capacity_units())
         .is_some_and(|n| n > 0);
-    if billing.is_some_and(|b| b != &BillingMode::PayPerRequest) || (billing.is_none() && provisioned)
+    if billing.is_some_and(|b| b != &BillingMode::PayPerRequest)
+        || (billing.is_none() && provisioned)
     {
         out.push(format!(
             "table {table} has BillingMode={}; the templates use PAY_PER_REQUEST",
@@ -562,13 +566,15 @@ async fn pitr_shortfall(
         .continuous_backups_description()
         .and_then(|d| d.point_in_time_recovery_description())
         .and_then(|p| p.point_in_time_recovery_status());
-    Ok((status != Some(&PointInTimeRecoveryStatus::Enabled)).then(|| {
-        format!(
-            "table {table} has point-in-time recovery {}; the templates set \
+    Ok(
+        (status != Some(&PointInTimeRecoveryStatus::Enabled)).then(|| {
+            format!(
+                "table {table} has point-in-time recovery {}; the templates set \
              PointInTimeRecoveryEnabled=true",
-            status.map_or("unset", |s| s.as_str())
-        )
-    }))
+                status.map_or("unset", |s| s.as_str())
+            )
+        }),
+    )
 }
 
 /// Turns point-in-time recovery on for a table just created. A new table may

@@ -80,7 +80,10 @@ pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError>
     let requested = std::env::var("IDEMQ_LOG").ok();
     let (filter, invalid) = match config::log_filter(requested.as_deref(), default) {
         Ok(filter) => (filter, None),
-        Err(e) => (tracing_subscriber::EnvFilter::new(default.to_string()), Some(e)),
+        Err(e) => (
+            tracing_subscriber::EnvFilter::new(default.to_string()),
+            Some(e),
+        ),
     };
     if on_lambda {
         // JSON logs, so CloudWatch Logs Insights can query job ids.

@@ -359,7 +359,10 @@ async fn key_schema_mismatch_is_transient_and_logged_naming_table_and_key() {
     let c = committer(client(&[&top]));
     match commit(&c, b"body").await {
         Ok(CommitOutcome::Transient { reason }) => {
-            assert!(reason.contains(TABLE) && reason.contains("\"pk\""), "{reason}")
+            assert!(
+                reason.contains(TABLE) && reason.contains("\"pk\""),
+                "{reason}"
+            )
         }
         other => panic!("{other:?}"),
     }

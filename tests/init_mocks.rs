@@ -10,7 +10,9 @@ use aws_sdk_dynamodb::operation::update_continuous_backups::{
     UpdateContinuousBackupsError, UpdateContinuousBackupsOutput,
 };
 use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveOutput;
-use aws_sdk_dynamodb::types::error::{ContinuousBackupsUnavailableException, ResourceNotFoundException};
+use aws_sdk_dynamodb::types::error::{
+    ContinuousBackupsUnavailableException, ResourceNotFoundException,
+};
 use aws_sdk_dynamodb::types::{SseType, TableDescription, TableStatus};
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
 use idemq::TableLayout;
@@ -28,7 +30,9 @@ async fn new_table_gets_pitr_after_backups_become_available() {
         .sequence()
         .error(|| {
             DescribeTableError::ResourceNotFoundException(
-                ResourceNotFoundException::builder().message("no table").build(),
+                ResourceNotFoundException::builder()
+                    .message("no table")
+                    .build(),
             )
         })
         .output(|| {
@@ -44,9 +48,9 @@ async fn new_table_gets_pitr_after_backups_become_available() {
     let create = mock!(Client::create_table)
         .match_requests(|req| {
             req.deletion_protection_enabled() == Some(true)
-                && req
-                    .sse_specification()
-                    .is_some_and(|s| s.enabled() == Some(true) && s.sse_type() == Some(&SseType::Kms))
+                && req.sse_specification().is_some_and(|s| {
+                    s.enabled() == Some(true) && s.sse_type() == Some(&SseType::Kms)
+                })
         })
         .then_output(|| CreateTableOutput::builder().build());
     let pitr = mock!(Client::update_continuous_backups)
@@ -79,7 +83,11 @@ async fn new_table_gets_pitr_after_backups_become_available() {
         .await
         .expect("ensure_table");
     assert!(created);
-    assert_eq!(create.num_calls(), 1, "CreateTable with SSE and deletion protection");
+    assert_eq!(
+        create.num_calls(),
+        1,
+        "CreateTable with SSE and deletion protection"
+    );
     assert_eq!(pitr.num_calls(), 3, "two refusals waited out, then enabled");
     assert_eq!(set_ttl.num_calls(), 1);
 }

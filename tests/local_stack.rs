@@ -303,7 +303,12 @@ async fn init_uses_the_consumers_layout_prints_it_and_creates_what_the_templates
     );
 
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
-    let described = ddb.describe_table().table_name(&table).send().await.unwrap();
+    let described = ddb
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
     let t = described.table().unwrap();
     let keys: Vec<&str> = t.key_schema().iter().map(|k| k.attribute_name()).collect();
     assert_eq!(keys, ["id"]);

@@ -127,10 +127,7 @@ async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         layout,
         marker_ttl: behaviour.marker_ttl,
     };
-    if let Err(e) = spec
-        .queue_names()
-        .and_then(|_| spec.check_template_rules())
-    {
+    if let Err(e) = spec.queue_names().and_then(|_| spec.check_template_rules()) {
         return usage_error(&e.to_string());
     }
     let l = &spec.layout;
