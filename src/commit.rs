@@ -177,35 +177,47 @@ impl Committer {
         named: Option<&str>,
         message: &str,
     ) -> CommitOutcome {
-        let marker = (
-            self.layout.table_name.as_str(),
-            self.layout.partition_key.clone(),
-        );
+        let marker = || {
+            (
+                self.layout.table_name.clone(),
+                vec![self.layout.partition_key.clone()],
+            )
+        };
         let write = |i: usize| {
             effect.writes().get(i).map(|w| {
-                let mut keys: Vec<&str> = w.key().as_item().keys().map(String::as_str).collect();
+                let mut keys: Vec<String> = w.key().as_item().keys().cloned().collect();
                 keys.sort_unstable();
-                (w.table(), keys.join("\", \""))
+                (w.table().to_owned(), keys)
             })
         };
-        let (table, key) = match (index, effect.uses_marker()) {
-            (Some(0), true) => marker,
-            (Some(i), has_marker) => {
-                write(i - usize::from(has_marker)).unwrap_or((marker.0, marker.1))
+        let lacks_named = |keys: &[String]| named.is_none_or(|n| !keys.iter().any(|k| k == n));
+        let has_marker = effect.uses_marker();
+        let (table, keys) = match index {
+            Some(0) if has_marker => marker(),
+            Some(i) => write(i - usize::from(has_marker)).unwrap_or_else(marker),
+            // DynamoDB refused the request as a whole without saying which
+            // item: every table whose write lacks the attribute it named
+            // (all of them when it named none), the marker's first.
+            None => {
+                let mut candidates: Vec<(String, Vec<String>)> = Vec::new();
+                let all = has_marker
+                    .then(marker)
+                    .into_iter()
+                    .chain((0..effect.len()).filter_map(write));
+                for (table, keys) in all {
+                    if lacks_named(&keys) && !candidates.iter().any(|(t, _)| *t == table) {
+                        candidates.push((table, keys));
+                    }
+                }
+                let keys = candidates.first().map(|(_, k)| k.clone());
+                let tables: Vec<String> = candidates.into_iter().map(|(t, _)| t).collect();
+                match keys {
+                    Some(keys) => (tables.join(" or "), keys),
+                    None => marker(),
+                }
             }
-            // DynamoDB refused the request as a whole. A key attribute named
-            // in its message that the marker does not use points at the
-            // marker table (idemq writes its key there); otherwise the first
-            // write whose key lacks it.
-            (None, true) if named.is_none_or(|n| n != marker.1) => marker,
-            (None, has_marker) => (0..effect.len())
-                .filter_map(write)
-                .find(|(_, keys)| named.is_none_or(|n| !keys.split("\", \"").any(|k| k == n)))
-                .or_else(|| has_marker.then(|| marker.clone()))
-                .or_else(|| write(0))
-                .unwrap_or(marker),
         };
-        let key = named.map_or(key, str::to_owned);
+        let key = named.map_or_else(|| keys.join("\", \""), str::to_owned);
         tracing::error!(
             table,
             key_attribute = key,
