@@ -105,7 +105,9 @@ pub fn classify(attempt: Attempt) -> Verdict {
     };
     match attempt {
         Attempt::InvalidJobId(e) => dead(FailureKind::Permanent, &e),
-        Attempt::Undecodable(e) => dead(FailureKind::Permanent, &Undecodable(e)),
+        Attempt::Undecodable(e) => {
+            dead(FailureKind::Permanent, &Undecodable(DecodeDetail::from(&e)))
+        }
         Attempt::Handler(JobError::Transient {
             source,
             retry_after,
@@ -173,7 +175,129 @@ struct Message(String);
 
 #[derive(Debug, thiserror::Error)]
 #[error("body does not decode as the job type")]
-struct Undecodable(#[source] serde_json::Error);
+struct Undecodable(#[source] DecodeDetail);
+
+/// A serde_json decode error without the payload. serde's messages quote
+/// the offending value (`invalid type: string "…"`, `unknown variant `…``,
+/// `unknown field `…``), and this text is kept in the failure record, the
+/// `idemq-error` attribute and `idemq dlq` output, so only the class, the
+/// position and words that come from the job *type* are kept: the kind of
+/// value found (`string`, `map`, …), what the type expected, a missing field's
+/// name. Never the value, nor an unknown key (a payload may use secrets as
+/// keys).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct DecodeDetail(String);
+
+impl From<&serde_json::Error> for DecodeDetail {
+    fn from(e: &serde_json::Error) -> Self {
+        use serde_json::error::Category;
+        let class = match e.classify() {
+            Category::Io => "I/O error",
+            Category::Syntax => "syntax error",
+            Category::Data => "data error",
+            Category::Eof => "unexpected end of input",
+        };
+        let mut text = format!("{class} at line {} column {}", e.line(), e.column());
+        if e.classify() == Category::Data {
+            let full = e.to_string();
+            let suffix = format!(" at line {} column {}", e.line(), e.column());
+            let message = full.strip_suffix(&suffix).unwrap_or(&full);
+            if let Some(detail) = data_detail(message) {
+                text.push_str(": ");
+                text.push_str(&detail);
+            }
+        }
+        Self(text)
+    }
+}
+
+/// What of a serde data error's message is safe to keep (see [`DecodeDetail`]).
+fn data_detail(message: &str) -> Option<String> {
+    // Field names in these come from the type's declaration.
+    for prefix in ["missing field `", "duplicate field `"] {
+        if let Some(name) = message
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix('`'))
+            && is_identifier(name)
+        {
+            return Some(message.to_owned());
+        }
+    }
+    let (label, rest) = [
+        "invalid type: ",
+        "invalid value: ",
+        "invalid length ",
+        "unknown variant ",
+        "unknown field ",
+    ]
+    .into_iter()
+    .find_map(|p| {
+        message
+            .strip_prefix(p)
+            .map(|rest| (p.trim_end_matches([':', ' ']), rest))
+    })?;
+    // serde's own kinds of value (serde::de::Unexpected), never the value.
+    const KINDS: [&str; 17] = [
+        "string",
+        "integer",
+        "floating point",
+        "boolean",
+        "character",
+        "byte array",
+        "unit value",
+        "Option value",
+        "newtype struct",
+        "sequence",
+        "map",
+        "enum",
+        "unit variant",
+        "newtype variant",
+        "tuple variant",
+        "struct variant",
+        "null",
+    ];
+    let got = matches!(label, "invalid type" | "invalid value")
+        .then(|| {
+            KINDS
+                .into_iter()
+                .find(|k| rest.starts_with(k) && rest[k.len()..].starts_with([' ', ',']))
+        })
+        .flatten();
+    // The expectation is the last ", expected …": a value containing those
+    // words comes before it. An unknown key or variant without one ("there
+    // are no fields") must not borrow one from inside the value, so there
+    // it must read as a list of names.
+    let expected = rest
+        .rsplit_once(", expected ")
+        .map(|(_, e)| e)
+        .filter(|e| !e.contains('"'))
+        .filter(|e| !label.starts_with("unknown") || is_name_list(e));
+    Some(match (got, expected) {
+        (Some(g), Some(e)) => format!("{label} (got {g}, expected {e})"),
+        (Some(g), None) => format!("{label} (got {g})"),
+        (None, Some(e)) => format!("{label} (expected {e})"),
+        (None, None) => label.to_owned(),
+    })
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$' | '@'))
+}
+
+/// serde's list of expected names: "`a`", "`a` or `b`", "one of `a`, `b`, `c`".
+fn is_name_list(s: &str) -> bool {
+    let s = s.strip_prefix("one of ").unwrap_or(s);
+    s.split(", ")
+        .flat_map(|part| part.split(" or "))
+        .all(|name| {
+            name.strip_prefix('`')
+                .and_then(|n| n.strip_suffix('`'))
+                .is_some_and(is_identifier)
+        })
+}
 
 #[cfg(test)]
 mod tests {
@@ -223,25 +347,93 @@ mod tests {
         }
     }
 
-    #[test]
-    fn undecodable_body_keeps_serde_detail_in_the_chain() {
-        let e = serde_json::from_str::<u32>("{}").unwrap_err();
+    fn undecodable<T: serde::de::DeserializeOwned + std::fmt::Debug>(body: &str) -> Failure {
+        let e = serde_json::from_str::<T>(body).unwrap_err();
         match classify(Attempt::Undecodable(e)) {
-            Verdict::DeadLetter { failure } => {
-                assert_eq!(failure.error, "body does not decode as the job type");
-                assert!(
-                    failure.chain[0].contains("invalid type"),
-                    "{:?}",
-                    failure.chain
-                );
-                assert!(
-                    failure
-                        .full()
-                        .starts_with("body does not decode as the job type: invalid type")
-                );
-            }
+            Verdict::DeadLetter { failure } => failure,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn undecodable_body_keeps_class_and_position() {
+        let failure = undecodable::<u32>("{}");
+        assert_eq!(failure.error, "body does not decode as the job type");
+        assert_eq!(
+            failure.full(),
+            "body does not decode as the job type: data error at line 1 column 0: \
+             invalid type (got map, expected u32)"
+        );
+        let syntax = undecodable::<serde_json::Value>("{\"a\" 1}");
+        assert_eq!(
+            syntax.chain,
+            vec!["syntax error at line 1 column 6".to_string()]
+        );
+        let eof = undecodable::<Vec<u32>>("[1,");
+        assert_eq!(
+            eof.chain,
+            vec!["unexpected end of input at line 1 column 3".to_string()]
+        );
+    }
+
+    /// Issue 16 item 1: serde quotes the offending value; the failure record,
+    /// `idemq-error` and `idemq dlq` must never carry it.
+    #[test]
+    fn undecodable_body_never_carries_the_offending_value() {
+        const SECRET: &str = "4111-1111-1111-1111";
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        enum Kind {
+            Card,
+            Transfer,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Inner {
+            amount: u64,
+            kind: Kind,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Job {
+            id: String,
+            inner: Inner,
+        }
+        let cases = [
+            // The secret is the bad value: a string where a number goes.
+            format!(r#"{{"id":"j","inner":{{"amount":"{SECRET}","kind":"Card"}}}}"#),
+            // An unknown enum variant.
+            format!(r#"{{"id":"j","inner":{{"amount":1,"kind":"{SECRET}"}}}}"#),
+            // An unknown key (deny_unknown_fields).
+            format!(r#"{{"id":"j","{SECRET}":1,"inner":{{"amount":1,"kind":"Card"}}}}"#),
+            // A number where a string goes.
+            r#"{"id":4111111111111111,"inner":{"amount":1,"kind":"Card"}}"#.to_string(),
+            // A value crafted to look like serde's own wording.
+            format!(r#"{{"id":"j","inner":{{"amount":"x, expected {SECRET}","kind":"Card"}}}}"#),
+            format!(r#"{{"id":"j","inner":{{"amount":1,"kind":"{SECRET}`, expected `x"}}}}"#),
+        ];
+        for body in &cases {
+            let failure = undecodable::<Job>(body);
+            let text = failure.full();
+            for needle in [SECRET, "4111"] {
+                assert!(!text.contains(needle), "{body} -> {text}");
+            }
+            assert!(text.contains("at line 1 column"), "{text}");
+        }
+        // What is kept says what went wrong, in the type's words only.
+        let unknown = undecodable::<Job>(&cases[2]).full();
+        assert!(
+            unknown.ends_with("unknown field (expected `id` or `inner`)"),
+            "{unknown}"
+        );
+        let variant = undecodable::<Job>(&cases[1]).full();
+        assert!(
+            variant.ends_with("unknown variant (expected `Card` or `Transfer`)"),
+            "{variant}"
+        );
+        let missing = undecodable::<Job>(r#"{"id":"j"}"#).full();
+        assert!(missing.ends_with("missing field `inner`"), "{missing}");
     }
 
     #[test]

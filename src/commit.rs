@@ -143,12 +143,93 @@ impl Committer {
             Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
                 e.cancellation_reasons()
             }
+            Some(e) if e.code() == Some("ValidationException") => {
+                let message = e.message().unwrap_or("");
+                if let Some(named) = key_schema_attribute(message) {
+                    return Ok(self.key_schema_mismatch(effect, None, named, message));
+                }
+                return classify_sdk_error(err, &self.layout.table_name);
+            }
             _ => return classify_sdk_error(err, &self.layout.table_name),
         };
         match classify_cancellation(reasons, effect.uses_marker()) {
             Cancellation::Outcome(outcome) => Ok(outcome),
             Cancellation::Invalid(why) => Err(CommitError::Invalid(why)),
+            Cancellation::KeySchema { index, message } => {
+                let named = key_schema_attribute(&message).flatten();
+                Ok(self.key_schema_mismatch(effect, Some(index), named, &message))
+            }
             Cancellation::MarkerExists(item) => Ok(self.compare_marker(job, item).await),
+        }
+    }
+
+    /// The table's key is not the key idemq or the effect writes: a deploy
+    /// problem (a table created with another key, `IDEMQ_ATTR_PK` not set
+    /// alike for `idemq init` and the consumer) that a deploy fixes, not the
+    /// job. Retried with backoff, and logged as an error naming the table
+    /// and key attribute so the operator sees it before redrive gives up.
+    /// `index` is the transaction item when DynamoDB said which; `named` the
+    /// key attribute when its message named one.
+    fn key_schema_mismatch(
+        &self,
+        effect: &Effect,
+        index: Option<usize>,
+        named: Option<&str>,
+        message: &str,
+    ) -> CommitOutcome {
+        let marker = || {
+            (
+                self.layout.table_name.clone(),
+                vec![self.layout.partition_key.clone()],
+            )
+        };
+        let write = |i: usize| {
+            effect.writes().get(i).map(|w| {
+                let mut keys: Vec<String> = w.key().as_item().keys().cloned().collect();
+                keys.sort_unstable();
+                (w.table().to_owned(), keys)
+            })
+        };
+        let lacks_named = |keys: &[String]| named.is_none_or(|n| !keys.iter().any(|k| k == n));
+        let has_marker = effect.uses_marker();
+        let (table, keys) = match index {
+            Some(0) if has_marker => marker(),
+            Some(i) => write(i - usize::from(has_marker)).unwrap_or_else(marker),
+            // DynamoDB refused the request as a whole without saying which
+            // item: every table whose write lacks the attribute it named
+            // (all of them when it named none), the marker's first.
+            None => {
+                let mut candidates: Vec<(String, Vec<String>)> = Vec::new();
+                let all = has_marker
+                    .then(marker)
+                    .into_iter()
+                    .chain((0..effect.len()).filter_map(write));
+                for (table, keys) in all {
+                    if lacks_named(&keys) && !candidates.iter().any(|(t, _)| *t == table) {
+                        candidates.push((table, keys));
+                    }
+                }
+                let keys = candidates.first().map(|(_, k)| k.clone());
+                let tables: Vec<String> = candidates.into_iter().map(|(t, _)| t).collect();
+                match keys {
+                    Some(keys) => (tables.join(" or "), keys),
+                    None => marker(),
+                }
+            }
+        };
+        let key = named.map_or_else(|| keys.join("\", \""), str::to_owned);
+        tracing::error!(
+            table,
+            key_attribute = key,
+            dynamodb = message,
+            "the table's key schema does not match the keys written: a deploy problem, \
+             the job is retried (check the table's key and IDEMQ_ATTR_PK)"
+        );
+        CommitOutcome::Transient {
+            reason: format!(
+                "key schema mismatch in table {table} (key attribute \"{key}\"): {message}; \
+                 retried until the table or IDEMQ_ATTR_PK is fixed"
+            ),
         }
     }
 
@@ -261,6 +342,38 @@ pub(crate) enum Cancellation<'a> {
     /// The marker's condition failed; the old marker if DynamoDB returned it.
     MarkerExists(Option<&'a Item>),
     Invalid(String),
+    /// Transaction item `index` does not fit its table's key schema.
+    KeySchema {
+        index: usize,
+        message: String,
+    },
+}
+
+/// Whether a DynamoDB validation message says that a key does not fit the
+/// table's key schema, and which key attribute it names if any (the outer
+/// `Option`: is it a key-schema problem; the inner: the attribute). Matched
+/// on DynamoDB's own wording, since a `ValidationException` has no finer
+/// code:
+/// - "The provided key element does not match the schema" (a key of the
+///   wrong name or type: https://repost.aws/knowledge-center/dynamodb-provided-key-element-error;
+///   inside a transaction the cancellation reason `ValidationError`:
+///   https://github.com/paritysuite/dynamodb-conformance/pull/60);
+/// - "One or more parameter values were invalid: Missing the key id in the
+///   item" (a Put without the table's key: https://github.com/aws/aws-sdk-js/issues/4057);
+/// - "One or more parameter values were invalid: Type mismatch for key pk
+///   expected: S actual: N".
+pub(crate) fn key_schema_attribute(message: &str) -> Option<Option<&str>> {
+    if message.contains("The provided key element does not match the schema") {
+        return Some(None);
+    }
+    let after = |marker: &str| message.split_once(marker).map(|(_, rest)| rest);
+    if let Some(rest) = after("Missing the key ") {
+        return Some(rest.strip_suffix(" in the item").or(rest.split(' ').next()));
+    }
+    if let Some(rest) = after("Type mismatch for key ") {
+        return Some(rest.split(' ').next());
+    }
+    None
 }
 
 const TRANSIENT_CODES: [&str; 4] = [
@@ -292,6 +405,14 @@ pub(crate) fn classify_cancellation(
     }
     let find =
         |pred: &dyn Fn(&str) -> bool| reasons.iter().enumerate().find(|(_, r)| pred(code(r)));
+    if let Some((i, r)) = find(&|c| c == "ValidationError")
+        && key_schema_attribute(r.message().unwrap_or("")).is_some()
+    {
+        return Cancellation::KeySchema {
+            index: i,
+            message: message(r),
+        };
+    }
     if let Some((i, r)) =
         find(&|c| c == "ValidationError" || c == "ItemCollectionSizeLimitExceeded")
     {
@@ -441,6 +562,39 @@ mod tests {
             Cancellation::Invalid(why) => assert!(why.starts_with("the marker"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn key_schema_messages_are_recognised_with_their_attribute() {
+        assert_eq!(
+            key_schema_attribute("The provided key element does not match the schema"),
+            Some(None)
+        );
+        assert_eq!(
+            key_schema_attribute(
+                "One or more parameter values were invalid: Missing the key id in the item"
+            ),
+            Some(Some("id"))
+        );
+        assert_eq!(
+            key_schema_attribute(
+                "One or more parameter values were invalid: Type mismatch for key pk expected: S actual: N"
+            ),
+            Some(Some("pk"))
+        );
+        assert_eq!(key_schema_attribute("Invalid UpdateExpression: x"), None);
+        // In a cancellation, a key-schema ValidationError is its own case.
+        let reasons = [
+            reason("None"),
+            CancellationReason::builder()
+                .code("ValidationError")
+                .message("The provided key element does not match the schema")
+                .build(),
+        ];
+        assert!(matches!(
+            classify_cancellation(&reasons, true),
+            Cancellation::KeySchema { index: 1, .. }
+        ));
     }
 
     #[test]

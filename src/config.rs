@@ -213,6 +213,58 @@ pub fn check_marker_ttl(
     Ok(())
 }
 
+/// The log filter for an `IDEMQ_LOG` value (`None`: unset).
+///
+/// `IDEMQ_LOG` is what an operator raises in an incident, so a plain level
+/// raises **idemq's own targets only** (the `idemq` crate and the `idemq`
+/// CLI): `IDEMQ_LOG=trace` gives `idemq=trace` while every other crate stays
+/// at `default`. Dependencies are never made louder by a plain level: the
+/// AWS SDK's and `lambda_runtime`'s trace logs print whole ReceiveMessage
+/// responses and invocation events, message bodies included. A plain level
+/// quieter than `default` (`IDEMQ_LOG=warn`) quiets everything.
+///
+/// Any other directive is an `EnvFilter` directive, honoured as written, so a
+/// dependency or your handler's own crate is raised by naming it:
+/// `IDEMQ_LOG=trace,aws_smithy_runtime=trace` or `IDEMQ_LOG=debug,my_handler=debug`
+/// (a handler binary's events have its crate's name as target, not `idemq`).
+/// Naming a dependency can put payload bytes in the logs: do it only where
+/// that is acceptable.
+///
+/// ```
+/// use tracing_subscriber::filter::LevelFilter;
+/// let filter = idemq::config::log_filter(Some("trace"), LevelFilter::INFO).unwrap();
+/// assert_eq!(filter.to_string(), "idemq=trace,info");
+/// ```
+pub fn log_filter(
+    value: Option<&str>,
+    default: tracing_subscriber::filter::LevelFilter,
+) -> Result<tracing_subscriber::EnvFilter, ConfigError> {
+    use tracing_subscriber::filter::LevelFilter;
+    let mut idemq: Option<LevelFilter> = None;
+    let mut named = Vec::new();
+    for directive in value.unwrap_or("").split(',').map(str::trim) {
+        if directive.is_empty() {
+            continue;
+        }
+        match directive.parse::<LevelFilter>() {
+            Ok(level) => idemq = Some(level),
+            Err(_) => named.push(directive),
+        }
+    }
+    let mut directives = vec![idemq.map_or(default, |l| l.min(default)).to_string()];
+    if let Some(level) = idemq {
+        directives.push(format!("idemq={level}"));
+    }
+    directives.extend(named.iter().map(|d| d.to_string()));
+    tracing_subscriber::EnvFilter::builder()
+        .parse(directives.join(","))
+        .map_err(|e| ConfigError::Invalid {
+            var: "IDEMQ_LOG",
+            value: value.unwrap_or_default().to_owned(),
+            why: e.to_string(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +319,102 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Which of these (target, level) events a filter lets through.
+    fn passes(filter: tracing_subscriber::EnvFilter) -> Vec<&'static str> {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        struct Record(Arc<Mutex<Vec<String>>>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Record {
+            fn on_event(
+                &self,
+                event: &tracing::Event<'_>,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                let m = event.metadata();
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {}", m.target(), m.level()));
+            }
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry()
+            .with(filter)
+            .with(Record(seen.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::trace!(target: "idemq::batch", "x");
+            tracing::debug!(target: "idemq::batch", "x");
+            tracing::info!(target: "idemq::batch", "x");
+            tracing::trace!(target: "aws_smithy_runtime::client", "x");
+            tracing::info!(target: "aws_smithy_runtime::client", "x");
+            tracing::trace!(target: "lambda_runtime", "x");
+            tracing::warn!(target: "lambda_runtime", "x");
+        });
+        let all = [
+            "idemq::batch TRACE",
+            "idemq::batch DEBUG",
+            "idemq::batch INFO",
+            "aws_smithy_runtime::client TRACE",
+            "aws_smithy_runtime::client INFO",
+            "lambda_runtime TRACE",
+            "lambda_runtime WARN",
+        ];
+        let seen = seen.lock().unwrap();
+        all.into_iter()
+            .filter(|e| seen.iter().any(|s| s == e))
+            .collect()
+    }
+
+    /// Issue 16 item 2: `IDEMQ_LOG=trace` must not turn on the SDK's or
+    /// lambda_runtime's trace logs (whole responses and events, bodies
+    /// included).
+    #[test]
+    fn a_plain_level_raises_idemq_only() {
+        use tracing_subscriber::filter::LevelFilter;
+        let f = log_filter(Some("trace"), LevelFilter::INFO).unwrap();
+        assert_eq!(
+            passes(f),
+            [
+                "idemq::batch TRACE",
+                "idemq::batch DEBUG",
+                "idemq::batch INFO",
+                "aws_smithy_runtime::client INFO",
+                "lambda_runtime WARN",
+            ]
+        );
+        // A quieter level quiets everything.
+        let f = log_filter(Some("warn"), LevelFilter::INFO).unwrap();
+        assert_eq!(passes(f), ["lambda_runtime WARN"]);
+        // Unset: the program's default for everyone.
+        let f = log_filter(None, LevelFilter::INFO).unwrap();
+        assert_eq!(
+            passes(f),
+            [
+                "idemq::batch INFO",
+                "aws_smithy_runtime::client INFO",
+                "lambda_runtime WARN"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_dependency_named_explicitly_is_honoured() {
+        use tracing_subscriber::filter::LevelFilter;
+        let f = log_filter(Some("debug,aws_smithy_runtime=trace"), LevelFilter::INFO).unwrap();
+        assert_eq!(
+            passes(f),
+            [
+                "idemq::batch DEBUG",
+                "idemq::batch INFO",
+                "aws_smithy_runtime::client TRACE",
+                "aws_smithy_runtime::client INFO",
+                "lambda_runtime WARN",
+            ]
+        );
+        assert!(log_filter(Some("idemq=verbose"), LevelFilter::INFO).is_err());
     }
 
     #[test]

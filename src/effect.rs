@@ -330,12 +330,22 @@ impl Effect {
             {
                 return Err(EffectError::EmptyCondition { index });
             }
-            if w.table == marker.table && marker.reserves(&w.key) {
+            // A Put's attributes are merged over its key: an attribute named
+            // like a key attribute would send the write to another item.
+            if let WriteKind::Put { attributes } = &w.kind
+                && let Some(name) = w.key.0.keys().find(|k| attributes.contains_key(*k))
+            {
+                return Err(EffectError::KeyInAttributes {
+                    index,
+                    attribute: name.clone(),
+                });
+            }
+            if table_name(&w.table) == table_name(marker.table) && marker.reserves(w) {
                 return Err(EffectError::MarkerKey { index });
             }
             if let Some(first) = self.writes[..index]
                 .iter()
-                .position(|o| o.table == w.table && o.key == w.key)
+                .position(|o| table_name(&o.table) == table_name(&w.table) && o.key == w.key)
             {
                 return Err(EffectError::SameItemTwice {
                     first,
@@ -378,11 +388,51 @@ pub struct MarkerSlot<'a> {
 }
 
 impl MarkerSlot<'_> {
-    fn reserves(&self, key: &Key) -> bool {
-        matches!(
-            key.get(self.partition_key),
-            Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix)
-        )
+    /// Whether `write`, in the marker table, would touch an item under the
+    /// reserved prefix: by its key, or (a Put) by an attribute carrying the
+    /// marker table's partition key. Every kind counts: a Delete or an Update
+    /// of a marker (an Update cannot change key attributes, DynamoDB refuses
+    /// that: "You cannot use UpdateItem to update any primary key
+    /// attributes", https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValueUpdate.html)
+    /// would erase the job's hash or expiry just the same.
+    fn reserves(&self, write: &Write) -> bool {
+        let reserved = |v: Option<&AttributeValue>| matches!(v, Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix));
+        reserved(write.key.get(self.partition_key))
+            || matches!(&write.kind, WriteKind::Put { attributes }
+                if reserved(attributes.get(self.partition_key)))
+    }
+}
+
+/// The table name in `table`, which DynamoDB accepts as a name or as an ARN
+/// (`arn:aws:dynamodb:us-east-1:123456789012:table/NAME`; "You can also
+/// provide the Amazon Resource Name (ARN) of the table in this parameter",
+/// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Update.html).
+/// Account and region are not compared: a transaction cannot reach a table
+/// of another account or region (it is cancelled), so within one
+/// transaction the name alone names the table.
+///
+/// ```
+/// use idemq::effect::table_name;
+/// assert_eq!(table_name("arn:aws:dynamodb:eu-west-1:123456789012:table/jobs"), "jobs");
+/// assert_eq!(table_name("jobs"), "jobs");
+/// ```
+pub fn table_name(table: &str) -> &str {
+    let mut parts = table.splitn(6, ':');
+    match (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some("arn"), Some(_partition), Some("dynamodb"), Some(_), Some(_), Some(resource)) => {
+            resource.strip_prefix("table/").map_or(table, |rest| {
+                // A stream or index ARN names a part of the table: still the table.
+                rest.split('/').next().unwrap_or(rest)
+            })
+        }
+        _ => table,
     }
 }
 
@@ -402,6 +452,10 @@ pub enum EffectError {
     },
     #[error("effect write {index} targets a key reserved for idemq's markers")]
     MarkerKey { index: usize },
+    #[error(
+        "effect write {index} is a Put whose attributes name its key attribute {attribute:?}; the key goes in the Key only"
+    )]
+    KeyInAttributes { index: usize, attribute: String },
     #[error(
         "effect write {index} stores an item of {bytes} bytes; the DynamoDB limit is {MAX_ITEM_BYTES}"
     )]
@@ -538,6 +592,98 @@ mod tests {
             Item::new(),
         ));
         assert_eq!(elsewhere.validate(&SLOT), Ok(()));
+    }
+
+    /// Issue 11 item 4: a Put's attributes are merged over its key, so an
+    /// attribute named like a key attribute would move the write to another
+    /// item (a marker, say). Refused before any I/O, in every table.
+    #[test]
+    fn put_attributes_may_not_name_a_key_attribute() {
+        let onto_marker = Effect::new().with(Write::put(
+            "t",
+            Key::string("pk", "account#a"),
+            Item::from([(
+                "pk".to_string(),
+                AttributeValue::S("idemq#job#victim".into()),
+            )]),
+        ));
+        let err = onto_marker.validate(&SLOT).unwrap_err();
+        assert!(err.to_string().contains("pk"), "{err}");
+        // Any table, any key attribute: the sort key too.
+        let key = Key::string("id", "a").and("sk", AttributeValue::N("1".into()));
+        let sort_key = Effect::new().with(Write::put(
+            "other",
+            key,
+            Item::from([("sk".to_string(), AttributeValue::N("2".into()))]),
+        ));
+        let err = sort_key.validate(&SLOT).unwrap_err();
+        assert!(err.to_string().contains("sk"), "{err}");
+    }
+
+    /// A Put keyed on another attribute in the marker table still writes the
+    /// marker table's partition key if its attributes carry it.
+    #[test]
+    fn put_attributes_may_not_carry_a_reserved_marker_key() {
+        let sneaky = Effect::new().with(Write::put(
+            "t",
+            Key::string("id", "x"),
+            Item::from([(
+                "pk".to_string(),
+                AttributeValue::S("idemq#job#victim".into()),
+            )]),
+        ));
+        assert!(sneaky.validate(&SLOT).is_err());
+    }
+
+    /// DynamoDB accepts a table ARN wherever a table name goes
+    /// (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Update.html:
+    /// "You can also provide the Amazon Resource Name (ARN) of the table in
+    /// this parameter"), so an ARN naming the marker table is the marker table.
+    #[test]
+    fn marker_table_named_by_arn_is_still_reserved() {
+        for table in [
+            "arn:aws:dynamodb:us-east-1:123456789012:table/t",
+            "arn:aws-cn:dynamodb:cn-north-1:123456789012:table/t",
+        ] {
+            for write in [
+                Write::put(table, Key::string("pk", "idemq#job#x"), Item::new()),
+                Write::delete(table, Key::string("pk", "idemq#job#x")),
+                Write::update(table, Key::string("pk", "idemq#job#x"), "REMOVE expires_at"),
+            ] {
+                assert!(
+                    matches!(
+                        Effect::new().with(write.clone()).validate(&SLOT),
+                        Err(EffectError::MarkerKey { index: 0 })
+                    ),
+                    "{write:?}"
+                );
+            }
+        }
+        // The marker table may be configured by ARN too.
+        let by_arn = MarkerSlot {
+            table: "arn:aws:dynamodb:us-east-1:123456789012:table/t",
+            ..SLOT
+        };
+        let by_name = Effect::new().with(Write::delete("t", Key::string("pk", "idemq#job#x")));
+        assert_eq!(
+            by_name.validate(&by_arn),
+            Err(EffectError::MarkerKey { index: 0 })
+        );
+        // Another table's ARN is another table.
+        let other = Effect::new().with(Write::delete(
+            "arn:aws:dynamodb:us-east-1:123456789012:table/u",
+            Key::string("pk", "idemq#job#x"),
+        ));
+        assert_eq!(other.validate(&SLOT), Ok(()));
+        // One item named once by name and once by ARN is still one item.
+        let twice = Effect::new().with(counter(1)).with(Write::delete(
+            "arn:aws:dynamodb:us-east-1:123456789012:table/t",
+            Key::string("pk", "c1"),
+        ));
+        assert!(matches!(
+            twice.validate(&SLOT),
+            Err(EffectError::SameItemTwice { .. })
+        ));
     }
 
     #[test]

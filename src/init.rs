@@ -4,14 +4,24 @@
 //! Running it twice is harmless: existing resources are checked against
 //! what was asked for, and a difference is an error that names it rather
 //! than a silent change to a queue that may be in use.
+//!
+//! What it creates is what the templates (`infra/sam/template.yaml`,
+//! `infra/terraform/modules/idemq`) create: both queues encrypted
+//! (SSE-SQS), the DLQ keeping messages 14 days and open to redrive from the
+//! source queue only; the table on-demand, encrypted with KMS (the AWS
+//! managed key), with point-in-time recovery, deletion protection and TTL
+//! on the markers' expiry. An existing resource that falls short of that is
+//! left as it is and reported in [`InitReport::violations`], with the
+//! numbers.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, PointInTimeRecoverySpecification,
+    PointInTimeRecoveryStatus, ScalarAttributeType, SseSpecification, SseStatus, SseType,
+    TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_sqs::types::QueueAttributeName as Attr;
 use serde::Serialize;
@@ -26,6 +36,37 @@ pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 pub const SOURCE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
 /// SQS's limit on a visibility timeout.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+/// The templates' least `maxReceiveCount` (SAM's `MaxReceiveCount`
+/// `MinValue`, Terraform's `max_receive_count` validation): fewer receives
+/// leave too little room for backoff to ride out an outage.
+pub const MIN_MAX_RECEIVE_COUNT: u32 = 5;
+/// The source retentions the templates allow: 1 to 13 days, below the
+/// DLQ's 14 so a dead letter outlives the message it came from.
+pub const SOURCE_RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(24 * 3600)..=Duration::from_secs(13 * 24 * 3600);
+
+/// How the table is protected beyond what every idemq table has (SSE with
+/// KMS and point-in-time recovery, always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableProtection {
+    /// `DeletionProtectionEnabled`: on in the templates (Terraform's
+    /// `table_deletion_protection`, default true). The table holds the
+    /// markers: deleting it forgets which jobs were applied.
+    pub deletion_protection: bool,
+}
+
+impl TableProtection {
+    /// What the templates create.
+    pub const TEMPLATES: Self = Self {
+        deletion_protection: true,
+    };
+}
+
+impl Default for TableProtection {
+    fn default() -> Self {
+        Self::TEMPLATES
+    }
+}
 
 /// What to create.
 #[derive(Debug, Clone)]
@@ -53,6 +94,11 @@ pub struct InitReport {
     /// Problems that do not stop init, such as a marker TTL that is too short.
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// Existing resources that break the templates' rules (unencrypted, no
+    /// point-in-time recovery, …), with the numbers. Left as they are:
+    /// `idemq init` prints them and exits 1.
+    #[serde(skip)]
+    pub violations: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +160,20 @@ impl InitSpec {
         }
         Ok(names)
     }
+
+    /// What the templates' parameters refuse and [`init`] itself accepts
+    /// (tests dead-letter after 1 receive to be quick): `idemq init` checks
+    /// this first and stops with a usage error.
+    pub fn check_template_rules(&self) -> Result<(), InitError> {
+        if self.max_receive_count < MIN_MAX_RECEIVE_COUNT {
+            return Err(InitError::InvalidSpec(format!(
+                "--max-receive-count {} is below {MIN_MAX_RECEIVE_COUNT}, the templates' minimum: \
+                 fewer receives leave too little room for backoff to ride out an outage",
+                self.max_receive_count
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn sqs_err(e: impl std::error::Error) -> InitError {
@@ -137,8 +197,19 @@ pub async fn init(
     ddb: &aws_sdk_dynamodb::Client,
     spec: &InitSpec,
 ) -> Result<InitReport, InitError> {
+    init_with(sqs, ddb, spec, TableProtection::TEMPLATES).await
+}
+
+/// [`init`] with the table's protection chosen.
+pub async fn init_with(
+    sqs: &aws_sdk_sqs::Client,
+    ddb: &aws_sdk_dynamodb::Client,
+    spec: &InitSpec,
+    protection: TableProtection,
+) -> Result<InitReport, InitError> {
     let (queue_name, dlq_name) = spec.queue_names()?;
     let mut created = Vec::new();
+    let mut violations = Vec::new();
     let fifo = spec.fifo.then(|| (Attr::FifoQueue, "true".to_owned()));
 
     let dlq_attrs: Vec<(Attr, String)> = [
@@ -152,7 +223,7 @@ pub async fn init(
     .into_iter()
     .flatten()
     .collect();
-    let dlq_url = ensure_queue(sqs, &dlq_name, &dlq_attrs, &mut created).await?;
+    let dlq_url = ensure_queue(sqs, &dlq_name, &dlq_attrs, &mut created, &mut violations).await?;
     let dlq_arn = queue_arn(sqs, &dlq_url).await?;
 
     let redrive =
@@ -169,7 +240,14 @@ pub async fn init(
     .into_iter()
     .flatten()
     .collect();
-    let queue_url = ensure_queue(sqs, &queue_name, &queue_attrs, &mut created).await?;
+    let queue_url = ensure_queue(
+        sqs,
+        &queue_name,
+        &queue_attrs,
+        &mut created,
+        &mut violations,
+    )
+    .await?;
     let queue_arn = queue_arn(sqs, &queue_url).await?;
 
     // Only this queue may redrive into the DLQ, so a replay can always find
@@ -182,11 +260,21 @@ pub async fn init(
         .await
         .map_err(sqs_err)?;
 
-    if ensure_table(ddb, &spec.layout).await? {
+    if ensure_table_with(ddb, &spec.layout, protection, &mut violations).await? {
         created.push(format!("table {}", spec.layout.table_name));
     }
 
     let source_retention = retention(sqs, &queue_url).await?;
+    if !SOURCE_RETENTION_RANGE.contains(&source_retention) {
+        violations.push(format!(
+            "queue {queue_name} keeps messages {} s; the templates allow {} to {} s \
+             (1 to 13 days, below the DLQ's {} s, so a dead letter outlives its original)",
+            source_retention.as_secs(),
+            SOURCE_RETENTION_RANGE.start().as_secs(),
+            SOURCE_RETENTION_RANGE.end().as_secs(),
+            DLQ_RETENTION.as_secs(),
+        ));
+    }
     let warnings = check_marker_ttl(spec.marker_ttl, source_retention, DLQ_RETENTION)
         .err()
         .map(|e| e.to_string())
@@ -199,6 +287,7 @@ pub async fn init(
         table_name: spec.layout.table_name.clone(),
         created,
         warnings,
+        violations,
     })
 }
 
@@ -225,6 +314,7 @@ async fn ensure_queue(
     name: &str,
     wanted: &[(Attr, String)],
     created: &mut Vec<String>,
+    violations: &mut Vec<String>,
 ) -> Result<String, InitError> {
     match sqs.get_queue_url().queue_name(name).send().await {
         Ok(out) => {
@@ -233,6 +323,7 @@ async fn ensure_queue(
             for (attr, expected) in wanted {
                 verify_attribute(name, attr, expected, found.get(attr))?;
             }
+            violations.extend(unencrypted_queue(name, &found));
             Ok(url)
         }
         Err(e)
@@ -290,6 +381,20 @@ fn verify_attribute(
     })
 }
 
+/// An existing queue without encryption at rest: neither SSE-SQS nor a KMS
+/// key. The templates encrypt both queues (`SqsManagedSseEnabled: true`).
+fn unencrypted_queue(name: &str, found: &HashMap<Attr, String>) -> Option<String> {
+    let sse = found.get(&Attr::SqsManagedSseEnabled).map(String::as_str);
+    let kms = found.get(&Attr::KmsMasterKeyId).filter(|k| !k.is_empty());
+    (sse != Some("true") && kms.is_none()).then(|| {
+        format!(
+            "queue {name} is not encrypted at rest (SqsManagedSseEnabled={}, no KmsMasterKeyId); \
+             the templates set SqsManagedSseEnabled=true",
+            sse.unwrap_or("unset")
+        )
+    })
+}
+
 fn attr_name(attr: &Attr) -> &'static str {
     match attr {
         Attr::RedrivePolicy => "RedrivePolicy",
@@ -331,11 +436,26 @@ pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration,
     Ok(Duration::from_secs(secs))
 }
 
-/// Creates the table (one string partition key, on-demand, TTL on
-/// `expires_at`) or verifies the existing one. True when it was created.
+/// Creates the table as the templates do, or verifies the existing one's
+/// key and TTL. True when it was created. [`init`] also reports an existing
+/// table's shortfalls against the templates (see [`ensure_table_with`]).
 pub async fn ensure_table(
     ddb: &aws_sdk_dynamodb::Client,
     layout: &TableLayout,
+) -> Result<bool, InitError> {
+    ensure_table_with(ddb, layout, TableProtection::TEMPLATES, &mut Vec::new()).await
+}
+
+/// Creates the table (one string partition key, on-demand, SSE with KMS,
+/// point-in-time recovery, deletion protection as `protection` says, TTL on
+/// `expires_at`) or verifies the existing one: a different key or TTL
+/// attribute is an error; missing encryption, recovery, protection or
+/// on-demand billing is pushed to `violations`. True when it was created.
+pub async fn ensure_table_with(
+    ddb: &aws_sdk_dynamodb::Client,
+    layout: &TableLayout,
+    protection: TableProtection,
+    violations: &mut Vec<String>,
 ) -> Result<bool, InitError> {
     let mut created = false;
     let table = &layout.table_name;
@@ -366,14 +486,28 @@ pub async fn ensure_table(
                     found: found.join(", "),
                 });
             }
+            if let Some(t) = out.table() {
+                violations.extend(table_shortfalls(table, t, protection));
+            }
+            violations.extend(pitr_shortfall(ddb, table).await?);
         }
         Err(e)
             if e.as_service_error()
                 .is_some_and(|e| e.is_resource_not_found_exception()) =>
         {
+            // As the templates: SSESpecification SSEEnabled (KMS, the AWS
+            // managed key), DeletionProtectionEnabled, then PITR below.
+            // https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CreateTable.html
             ddb.create_table()
                 .table_name(table)
                 .billing_mode(BillingMode::PayPerRequest)
+                .sse_specification(
+                    SseSpecification::builder()
+                        .enabled(true)
+                        .sse_type(SseType::Kms)
+                        .build(),
+                )
+                .deletion_protection_enabled(protection.deletion_protection)
                 .attribute_definitions(
                     AttributeDefinition::builder()
                         .attribute_name(&layout.partition_key)
@@ -393,11 +527,106 @@ pub async fn ensure_table(
                 .map_err(ddb_err)?;
             created = true;
             wait_active(ddb, table).await?;
+            enable_pitr(ddb, table).await?;
         }
         Err(e) => return Err(ddb_err(e)),
     }
     ensure_ttl(ddb, layout).await?;
     Ok(created)
+}
+
+/// What an existing table lacks of what the templates give it.
+fn table_shortfalls(table: &str, t: &TableDescription, protection: TableProtection) -> Vec<String> {
+    let mut out = Vec::new();
+    let sse = t.sse_description().and_then(|d| d.status());
+    if !matches!(sse, Some(SseStatus::Enabled | SseStatus::Enabling)) {
+        out.push(format!(
+            "table {table} has no KMS encryption (SSEDescription status {}); the templates set \
+             SSESpecification SSEEnabled=true (KMS, the AWS managed key)",
+            sse.map_or("unset", |s| s.as_str())
+        ));
+    }
+    if protection.deletion_protection && t.deletion_protection_enabled() != Some(true) {
+        out.push(format!(
+            "table {table} has DeletionProtectionEnabled={}; the templates set true \
+             (pass --no-deletion-protection to accept that)",
+            t.deletion_protection_enabled().unwrap_or(false)
+        ));
+    }
+    let billing = t.billing_mode_summary().and_then(|b| b.billing_mode());
+    let provisioned = t
+        .provisioned_throughput()
+        .and_then(|p| p.read_capacity_units())
+        .is_some_and(|n| n > 0);
+    if billing.is_some_and(|b| b != &BillingMode::PayPerRequest)
+        || (billing.is_none() && provisioned)
+    {
+        out.push(format!(
+            "table {table} has BillingMode={}; the templates use PAY_PER_REQUEST",
+            billing.map_or("PROVISIONED", |b| b.as_str())
+        ));
+    }
+    out
+}
+
+/// An existing table without point-in-time recovery, which the templates
+/// turn on (`PointInTimeRecoveryEnabled: true`).
+async fn pitr_shortfall(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Option<String>, InitError> {
+    let out = ddb
+        .describe_continuous_backups()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(ddb_err)?;
+    let status = out
+        .continuous_backups_description()
+        .and_then(|d| d.point_in_time_recovery_description())
+        .and_then(|p| p.point_in_time_recovery_status());
+    Ok(
+        (status != Some(&PointInTimeRecoveryStatus::Enabled)).then(|| {
+            format!(
+                "table {table} has point-in-time recovery {}; the templates set \
+             PointInTimeRecoveryEnabled=true",
+                status.map_or("unset", |s| s.as_str())
+            )
+        }),
+    )
+}
+
+/// Turns point-in-time recovery on for a table just created. A new table may
+/// answer `ContinuousBackupsUnavailableException` ("Backups have not yet
+/// been enabled for this table",
+/// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateContinuousBackups.html)
+/// for a while: that is waited out.
+async fn enable_pitr(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), InitError> {
+    const LIMIT: Duration = Duration::from_secs(120);
+    let start = std::time::Instant::now();
+    let spec = PointInTimeRecoverySpecification::builder()
+        .point_in_time_recovery_enabled(true)
+        .build()
+        .map_err(|e| InitError::DynamoDb(e.to_string()))?;
+    loop {
+        let sent = ddb
+            .update_continuous_backups()
+            .table_name(table)
+            .point_in_time_recovery_specification(spec.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if start.elapsed() < LIMIT
+                    && e.as_service_error()
+                        .is_some_and(|e| e.is_continuous_backups_unavailable_exception()) =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(ddb_err(e)),
+        }
+    }
 }
 
 async fn wait_active(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<(), InitError> {

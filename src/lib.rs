@@ -47,6 +47,19 @@ pub struct ReadmeDoctests;
 /// Runs `handler` on AWS Lambda when `AWS_LAMBDA_RUNTIME_API` is set, and
 /// otherwise as a local worker that long-polls `--queue-url`.
 ///
+/// Logs go to stdout as JSON on Lambda and as text on stderr locally, at
+/// `info` unless `IDEMQ_LOG` says otherwise. A plain level there
+/// (`IDEMQ_LOG=debug`) raises idemq's own logs only: the AWS SDK and
+/// `lambda_runtime` stay at `info`, since their trace logs print whole
+/// messages and events. Name a crate to raise it too, your handler's own
+/// crate included: `IDEMQ_LOG=debug,my_handler=debug`. See
+/// [`config::log_filter`]. An invalid `IDEMQ_LOG` is reported in the log and
+/// the default used.
+///
+/// Handler error and panic texts are logged and stored as they are (failure
+/// records, the `idemq-error` DLQ attribute): they must not carry payload
+/// data.
+///
 /// ```no_run
 /// use idemq::handler::{handler_fn, JobMeta};
 ///
@@ -63,8 +76,15 @@ pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError>
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("IDEMQ_LOG").unwrap_or_else(|_| "info".into());
+    let default = tracing_subscriber::filter::LevelFilter::INFO;
+    let requested = std::env::var("IDEMQ_LOG").ok();
+    let (filter, invalid) = match config::log_filter(requested.as_deref(), default) {
+        Ok(filter) => (filter, None),
+        Err(e) => (
+            tracing_subscriber::EnvFilter::new(default.to_string()),
+            Some(e),
+        ),
+    };
     if on_lambda {
         // JSON logs, so CloudWatch Logs Insights can query job ids.
         let _ = tracing_subscriber::fmt()
@@ -73,6 +93,7 @@ pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError>
             .without_time()
             .try_init();
         log_panics();
+        warn_invalid(invalid);
         lambda::run(handler).await
     } else {
         let _ = tracing_subscriber::fmt()
@@ -80,7 +101,14 @@ pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError>
             .with_writer(std::io::stderr)
             .try_init();
         log_panics();
+        warn_invalid(invalid);
         worker::run_from_args(handler).await
+    }
+}
+
+fn warn_invalid(invalid: Option<config::ConfigError>) {
+    if let Some(e) = invalid {
+        tracing::warn!("{e}; logging at info");
     }
 }
 

@@ -269,3 +269,117 @@ async fn invalid_effect_is_refused_before_any_request() {
     assert!(matches!(err, CommitError::Effect(_)), "{err}");
     assert_eq!(rule.num_calls(), 0);
 }
+
+/// A `ValidationException` that DynamoDB raises before the transaction runs.
+fn validation(message: &'static str) -> TransactWriteItemsError {
+    TransactWriteItemsError::generic(
+        aws_smithy_types::error::ErrorMetadata::builder()
+            .code("ValidationException")
+            .message(message)
+            .build(),
+    )
+}
+
+/// Everything the commit logged, as text.
+fn capture_logs() -> (
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    tracing::subscriber::DefaultGuard,
+) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().write(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let writer = Buf(buf.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    (buf, tracing::subscriber::set_default(subscriber))
+}
+
+/// Issue 11 item 9: a table whose key is not the one idemq writes (the table
+/// keyed `id`, the consumer writing `pk`) is a deploy problem: a deploy or
+/// `IDEMQ_ATTR_PK` fixes it, so the job waits with backoff instead of being
+/// dead-lettered as permanent. DynamoDB's messages for it: "One or more
+/// parameter values were invalid: Missing the key id in the item" for a Put
+/// (https://github.com/aws/aws-sdk-js/issues/4057) and "The provided key
+/// element does not match the schema" for a key
+/// (https://repost.aws/knowledge-center/dynamodb-provided-key-element-error);
+/// inside a transaction a wrong-typed key comes back as a cancellation
+/// reason `ValidationError` with that message
+/// (https://github.com/paritysuite/dynamodb-conformance/pull/60).
+#[tokio::test]
+async fn key_schema_mismatch_is_transient_and_logged_naming_table_and_key() {
+    let (logs, _guard) = capture_logs();
+    let missing = mock!(Client::transact_write_items).then_error(|| {
+        validation("One or more parameter values were invalid: Missing the key id in the item")
+    });
+    let c = committer(client(&[&missing]));
+    match commit(&c, b"body").await {
+        // DynamoDB did not say which item: both tables whose keys lack `id`.
+        Ok(CommitOutcome::Transient { reason }) => assert_eq!(
+            reason,
+            "key schema mismatch in table idemq-test or counters (key attribute \"id\"): \
+             One or more parameter values were invalid: Missing the key id in the item; \
+             retried until the table or IDEMQ_ATTR_PK is fixed"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let logged = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(logged.contains("ERROR"), "{logged}");
+    assert!(logged.contains(TABLE) && logged.contains("id"), "{logged}");
+
+    // The same as a cancellation reason of effect write 0 (table counters).
+    let schema = mock!(Client::transact_write_items).then_error(|| {
+        cancelled(vec![
+            reason("None"),
+            CancellationReason::builder()
+                .code("ValidationError")
+                .message("The provided key element does not match the schema")
+                .build(),
+        ])
+    });
+    let c = committer(client(&[&schema]));
+    match commit(&c, b"body").await {
+        Ok(CommitOutcome::Transient { reason }) => {
+            assert!(reason.contains("counters"), "{reason}");
+            assert!(reason.contains("\"pk\""), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Top level, no attribute named: the marker's table and key.
+    let top = mock!(Client::transact_write_items)
+        .then_error(|| validation("The provided key element does not match the schema"));
+    let c = committer(client(&[&top]));
+    match commit(&c, b"body").await {
+        Ok(CommitOutcome::Transient { reason }) => {
+            assert!(
+                reason.contains(TABLE) && reason.contains("\"pk\""),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn other_validation_exceptions_stay_permanent() {
+    let rule = mock!(Client::transact_write_items).then_error(|| {
+        validation("Invalid UpdateExpression: Syntax error; token: \"+\", near: \"n +\"")
+    });
+    let c = committer(client(&[&rule]));
+    let err = commit(&c, b"body").await.unwrap_err();
+    assert!(
+        matches!(err, CommitError::Invalid(ref m) if m.contains("Invalid UpdateExpression")),
+        "{err}"
+    );
+}

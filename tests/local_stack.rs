@@ -259,10 +259,204 @@ async fn race_eight_tasks_same_200_jobs_every_counter_exactly_one() {
 }
 
 fn idemq_cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_idemq"))
+    idemq_cli_env(args, &[])
+}
+
+/// `idemq` with these layout variables set and every other `IDEMQ_*` layout
+/// variable unset.
+fn idemq_cli_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemq"));
+    for var in TableLayout::ENV_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied())
         .args(args)
         .output()
         .expect("run idemq")
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Issue 11 item 9: `idemq init` reads the consumer's layout variables, so
+/// a consumer run with IDEMQ_ATTR_PK=id finds a table keyed `id`, and init
+/// says which layout it used. Issue 16 item 8: what it creates is what the
+/// templates create (both queues SSE-SQS; the table on-demand with KMS
+/// encryption, point-in-time recovery and deletion protection).
+#[tokio::test]
+async fn init_uses_the_consumers_layout_prints_it_and_creates_what_the_templates_create() {
+    let sdk = sdk().await;
+    let queue = unique("layout");
+    let table = unique("idemq-init");
+    let out = idemq_cli_env(
+        &["init", "--queue-name", &queue, "--table-name", &table],
+        &[("IDEMQ_ATTR_PK", "id"), ("IDEMQ_KEY_PREFIX", "app#")],
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "table layout: table {table}, partition key \"id\", expires_at attribute \"expires_at\", key prefix \"app#\""
+        )),
+        "{err}"
+    );
+
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let described = ddb
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    let t = described.table().unwrap();
+    let keys: Vec<&str> = t.key_schema().iter().map(|k| k.attribute_name()).collect();
+    assert_eq!(keys, ["id"]);
+    assert_eq!(t.deletion_protection_enabled(), Some(true));
+    assert_eq!(
+        t.sse_description().and_then(|d| d.status()),
+        Some(&aws_sdk_dynamodb::types::SseStatus::Enabled)
+    );
+    let backups = ddb
+        .describe_continuous_backups()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        backups
+            .continuous_backups_description()
+            .and_then(|d| d.point_in_time_recovery_description())
+            .and_then(|p| p.point_in_time_recovery_status()),
+        Some(&aws_sdk_dynamodb::types::PointInTimeRecoveryStatus::Enabled)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for url in [&report["queue_url"], &report["dlq_url"]] {
+        let attrs = sqs
+            .get_queue_attributes()
+            .queue_url(url.as_str().unwrap())
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::SqsManagedSseEnabled)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            attrs.attributes().unwrap()
+                [&aws_sdk_sqs::types::QueueAttributeName::SqsManagedSseEnabled],
+            "true"
+        );
+    }
+
+    // An empty layout variable is a usage error, before anything is made.
+    let bad = idemq_cli_env(
+        &["init", "--queue-name", &queue, "--table-name", &table],
+        &[("IDEMQ_ATTR_PK", "")],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("IDEMQ_ATTR_PK"));
+}
+
+/// The templates refuse maxReceiveCount below 5; so does `idemq init`, as a
+/// usage error, before it creates anything.
+#[tokio::test]
+async fn init_refuses_max_receive_count_below_the_templates_minimum() {
+    let sdk = sdk().await;
+    let queue = unique("mrc");
+    let table = unique("idemq-init");
+    for count in ["1", "4"] {
+        let out = idemq_cli(&[
+            "init",
+            "--queue-name",
+            &queue,
+            "--table-name",
+            &table,
+            "--max-receive-count",
+            count,
+        ]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("--max-receive-count {count} is below 5")),
+            "{err}"
+        );
+    }
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    assert!(sqs.get_queue_url().queue_name(&queue).send().await.is_err());
+}
+
+/// Existing resources weaker than the templates' are named with their
+/// settings, left as they are, and `idemq init` exits 1.
+#[tokio::test]
+async fn init_names_existing_resources_that_break_the_templates_rules() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let sdk = sdk().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let queue = unique("weak");
+    let table = unique("idemq-weak");
+    // A table made by hand: right key, none of the protection.
+    ddb.create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let args = ["init", "--queue-name", &queue, "--table-name", &table];
+    let out = idemq_cli(&args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for expected in [
+        format!("table {table} has no KMS encryption (SSEDescription status unset)"),
+        format!("table {table} has DeletionProtectionEnabled=false"),
+        format!("table {table} has point-in-time recovery DISABLED"),
+        "3 existing resource setting(s) break the templates' rules".to_string(),
+    ] {
+        assert!(err.contains(&expected), "{expected}\n{err}");
+    }
+    // The queues are still made, and said where they are.
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Deletion protection is the one that may be declined.
+    let declined = idemq_cli(&[&args[..], &["--no-deletion-protection"]].concat());
+    assert!(!stderr(&declined).contains("DeletionProtectionEnabled"));
+    assert_eq!(declined.status.code(), Some(1));
+
+    // Source queue: encryption off and DLQ-long retention.
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    sqs.set_queue_attributes()
+        .queue_url(report["queue_url"].as_str().unwrap())
+        .attributes(A::SqsManagedSseEnabled, "false")
+        .attributes(A::MessageRetentionPeriod, "1209600")
+        .send()
+        .await
+        .unwrap();
+    let out = idemq_cli(&args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for expected in [
+        format!(
+            "queue {queue} is not encrypted at rest (SqsManagedSseEnabled=false, no KmsMasterKeyId)"
+        ),
+        format!("queue {queue} keeps messages 1209600 s; the templates allow 86400 to 1123200 s"),
+    ] {
+        assert!(err.contains(&expected), "{expected}\n{err}");
+    }
 }
 
 #[tokio::test]
@@ -335,7 +529,7 @@ async fn init_twice_is_harmless_and_a_changed_setting_is_named() {
     assert_eq!(ttl.attribute_name(), Some("expires_at"));
 
     // Asking for another maxReceiveCount on the existing queue is refused, by name.
-    let changed = idemq_cli(&[&args[..], &["--max-receive-count", "3"]].concat());
+    let changed = idemq_cli(&[&args[..], &["--max-receive-count", "7"]].concat());
     assert_eq!(changed.status.code(), Some(1));
     let err = String::from_utf8_lossy(&changed.stderr);
     assert!(

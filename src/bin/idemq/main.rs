@@ -2,13 +2,18 @@
 //!
 //! Exit codes: 0 done, 1 failed (each failure named), 2 usage or
 //! configuration error (one line).
+//!
+//! Logs go to stderr at `warn`; `IDEMQ_LOG=debug` raises idemq's own logs
+//! only, and a dependency is raised by naming it
+//! (`IDEMQ_LOG=debug,aws_smithy_runtime=trace`): see
+//! `idemq::config::log_filter`.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use idemq::config::{IdempotencyConfig, TableLayout};
-use idemq::init::{InitError, InitSpec, init};
+use idemq::init::{InitError, InitSpec, TableProtection, init_with};
 
 mod dlq;
 mod progress;
@@ -29,8 +34,14 @@ struct Cli {
 enum Command {
     /// Create (or verify, if they exist) a queue, its DLQ and the idemq table.
     ///
-    /// Endpoints come from AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_SQS /
-    /// AWS_ENDPOINT_URL_DYNAMODB. Prints {"queue_url", "dlq_url", "table_name"}.
+    /// Creates what the templates create (encrypted queues, a 14-day DLQ, an
+    /// on-demand table with KMS encryption, point-in-time recovery, deletion
+    /// protection and TTL). The table layout comes from the same variables as
+    /// the consumer's (IDEMQ_ATTR_PK, IDEMQ_ATTR_EXPIRES_AT, IDEMQ_KEY_PREFIX)
+    /// and is printed on stderr. Endpoints come from AWS_ENDPOINT_URL /
+    /// AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL_DYNAMODB. Prints {"queue_url",
+    /// "dlq_url", "table_name"}. Exit 1 when an existing resource breaks the
+    /// templates' rules (each named, with the numbers).
     Init(InitArgs),
     /// Send JSON lines as jobs, each with a stable idemq-job-id.
     Send(send::SendArgs),
@@ -47,20 +58,28 @@ struct InitArgs {
     /// Make FIFO queues (".fifo" is added to the names).
     #[arg(long)]
     fifo: bool,
-    /// Receives before SQS moves a message to the DLQ.
+    /// Receives before SQS moves a message to the DLQ (5 to 1000, as the templates).
     #[arg(long, default_value_t = 6)]
     max_receive_count: u32,
     #[arg(long, default_value_t = 30)]
     visibility_timeout_secs: u64,
+    /// Create the table without deletion protection (Terraform's
+    /// table_deletion_protection = false), and accept an existing one without.
+    #[arg(long)]
+    no_deletion_protection: bool,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let filter = match idemq::config::log_filter(
+        std::env::var("IDEMQ_LOG").ok().as_deref(),
+        tracing_subscriber::filter::LevelFilter::WARN,
+    ) {
+        Ok(filter) => filter,
+        Err(e) => return usage_error(&e.to_string()),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IDEMQ_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -94,14 +113,11 @@ async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(&e.to_string()),
     };
-    // Attribute-name overrides come from the environment; the table name
-    // from --table-name.
-    let layout = match TableLayout::from_env() {
-        Ok(from_env) => TableLayout {
-            table_name: args.table_name,
-            ..from_env
-        },
-        Err(_) => TableLayout::new(args.table_name),
+    // The consumer's layout variables, the table from --table-name (or
+    // IDEMQ_TABLE): init and the consumer must agree on the keys.
+    let layout = match TableLayout::from_env_with_table(Some(args.table_name)) {
+        Ok(layout) => layout,
+        Err(e) => return usage_error(&e.to_string()),
     };
     let spec = InitSpec {
         queue_name: args.queue_name,
@@ -111,9 +127,22 @@ async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         layout,
         marker_ttl: behaviour.marker_ttl,
     };
+    if let Err(e) = spec.queue_names().and_then(|_| spec.check_template_rules()) {
+        return usage_error(&e.to_string());
+    }
+    let l = &spec.layout;
+    eprintln!(
+        "table layout: table {}, partition key {:?}, expires_at attribute {:?}, key prefix {:?} \
+         (from --table-name/IDEMQ_TABLE, IDEMQ_ATTR_PK, IDEMQ_ATTR_EXPIRES_AT, IDEMQ_KEY_PREFIX; \
+         the consumer must run with the same)",
+        l.table_name, l.partition_key, l.expires_at, l.key_prefix
+    );
+    let protection = TableProtection {
+        deletion_protection: !args.no_deletion_protection,
+    };
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    match init(&sqs, &ddb, &spec).await {
+    match init_with(&sqs, &ddb, &spec, protection).await {
         Ok(report) => {
             for c in &report.created {
                 eprintln!("created {c}");
@@ -121,11 +150,23 @@ async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             for w in &report.warnings {
                 eprintln!("warning: {w}");
             }
+            for v in &report.violations {
+                eprintln!("idemq init: {v}");
+            }
             println!(
                 "{}",
                 serde_json::to_string(&report).expect("report serialises")
             );
-            ExitCode::SUCCESS
+            if report.violations.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "idemq init: {} existing resource setting(s) break the templates' rules (above); \
+                     fix them or recreate the resources",
+                    report.violations.len()
+                );
+                ExitCode::FAILURE
+            }
         }
         Err(e @ InitError::InvalidSpec(_)) => usage_error(&e.to_string()),
         Err(e) => {
