@@ -284,7 +284,7 @@ impl<'a> Redrive<'a> {
             };
             self.peek.release(&of_group).await;
             let batch = self.peek.receive().await?;
-            self.handle(run, batch, progress).await?;
+            self.judge_and_move(run, batch, progress).await?;
         }
     }
 
@@ -295,7 +295,7 @@ impl<'a> Redrive<'a> {
                 return Ok(());
             }
             let batch = self.peek.receive().await?;
-            if self.handle(run, batch, progress).await? {
+            if self.judge_and_move(run, batch, progress).await? {
                 empty = 0;
             } else {
                 empty += 1;
@@ -306,7 +306,7 @@ impl<'a> Redrive<'a> {
 
     /// Judges one received batch and moves what matches; returns whether it
     /// held anything new.
-    async fn handle(
+    async fn judge_and_move(
         &self,
         run: &Mutex<Run>,
         batch: Vec<DeadMessage>,

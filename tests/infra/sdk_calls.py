@@ -219,9 +219,10 @@ def _module_of(path: Path, src: Path, examples: Path) -> str:
     rel = path.relative_to(src)
     parts = list(rel.with_suffix("").parts)
     if parts[0] == "bin":
-        # src/bin/idemq/main.rs -> bin:idemq ; src/bin/idemq/send.rs -> bin:idemq::send
+        # src/bin/idemq/main.rs -> bin:idemq ; src/bin/idemq/send.rs -> bin:idemq::send ;
+        # src/bin/idemq/dlq/mod.rs -> bin:idemq::dlq
         name = parts[1]
-        rest = [p for p in parts[2:] if p != "main"]
+        rest = [p for p in parts[2:] if p not in ("main", "mod")]
         return "::".join([f"bin:{name}", *rest])
     if parts[-1] in ("mod", "lib"):
         parts = parts[:-1]
@@ -229,7 +230,15 @@ def _module_of(path: Path, src: Path, examples: Path) -> str:
 
 
 def _params(sig: str) -> int:
-    inner = sig[sig.find("(") + 1 : sig.rfind(")")]
+    # The parameter list ends at the parenthesis that closes the first one,
+    # not at the last one: a return type may hold tuples.
+    open_at, depth, close_at = sig.find("("), 0, len(sig)
+    for i in range(open_at, len(sig)):
+        depth += {"(": 1, ")": -1}.get(sig[i], 0)
+        if depth == 0:
+            close_at = i
+            break
+    inner = sig[open_at + 1 : close_at]
     depth, count, cur = 0, 0, ""
     for ch in inner + ",":
         if ch in "<([":
