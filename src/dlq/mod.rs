@@ -19,7 +19,7 @@ pub mod redrive;
 
 pub use record::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
-    FailureRecord, MAX_MESSAGE_ATTRIBUTES,
+    FailureRecord, MAX_RECORD_CHAIN, MAX_RECORD_ERROR,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -28,4 +28,14 @@ pub enum DlqError {
     DynamoDb(String),
     #[error("SQS: {0}")]
     Sqs(String),
+    /// The message alone (body, producer attributes, `idemq-job-id`) is
+    /// over the DLQ's `MaximumMessageSize`.
+    #[error(
+        "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
+    )]
+    TooLarge {
+        message_id: String,
+        bytes: usize,
+        limit: usize,
+    },
 }
