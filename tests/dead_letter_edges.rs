@@ -209,6 +209,70 @@ async fn refused_context_does_not_loop_and_message_id_jobs_keep_their_id() {
     assert!(drain(&sqs, &res.queue_url).await.is_empty(), "source queue empty");
 }
 
+/// A job identified only by its MessageId (no `idemq-job-id`, no body
+/// pointer) that idemq dead-letters itself: the DLQ copy is a new message
+/// with a new MessageId, so it carries `idemq-job-id` = the original
+/// MessageId, and after a redrive the consumer sees the same job (one
+/// failure record, the handler's `job_id` unchanged). A message whose id is
+/// invalid (over 512 bytes) has no id to stamp: its copy keeps the
+/// attribute its producer sent and its record stays keyed by its source
+/// MessageId.
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_id_job_keeps_its_identity_through_idemqs_dead_letter() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "dlmid", false, 3, 10).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let message_id = sqs
+        .send_message()
+        .queue_url(&res.queue_url)
+        .message_body(r#"{"n":1}"#)
+        .send()
+        .await
+        .unwrap()
+        .message_id()
+        .unwrap()
+        .to_owned();
+    let too_long = "i".repeat(600);
+    let invalid_message_id = sqs
+        .send_message()
+        .queue_url(&res.queue_url)
+        .message_body(r#"{"n":2}"#)
+        .message_attributes("idemq-job-id", attr(&too_long))
+        .send()
+        .await
+        .unwrap()
+        .message_id()
+        .unwrap()
+        .to_owned();
+    let calls: Calls = Arc::default();
+    die_permanently(&res, "schema error", &calls).await;
+    let dead = peek(&sqs, &res.dlq_url, 2).await;
+    assert_eq!(value(&dead[&message_id], "idemq-job-id"), message_id);
+    assert!(!value(&dead[&too_long], ATTR_ERROR).is_empty());
+    let dl = dead_letters(&sdk, &res.table_name);
+    let rec = dl
+        .read(None, &invalid_message_id)
+        .await
+        .unwrap()
+        .expect("record of the invalid id, by its source MessageId");
+    assert!(rec.failure.error.contains("512"), "{}", rec.failure.error);
+
+    // Redriven (to the only source queue), it dies again as the same job.
+    let out = idemq(&["dlq", "redrive", "--dlq-url", &res.dlq_url, "--table", &res.table_name]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("moved 1,"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    die_permanently(&res, "schema error", &calls).await;
+    assert_eq!(
+        calls.lock().unwrap().get(&message_id),
+        Some(&2),
+        "the redriven copy is the same job: {:?}",
+        calls.lock().unwrap()
+    );
+    let rec = dl.read(Some(&message_id), "").await.unwrap().expect("record");
+    assert_eq!(rec.job_id.as_deref(), Some(message_id.as_str()));
+}
+
 fn with_attributes(id: &str, n: usize) -> Job {
     let mut job = Job::raw(id, r#"{"n":1}"#);
     for i in 0..n {
