@@ -468,11 +468,7 @@ impl Producer {
             // Each entry of this call is answered once, by the first result
             // naming it; an id that names no pending entry is ignored.
             let mut unanswered: HashSet<usize> = pending.iter().copied().collect();
-            let mut answer = |id: &str| {
-                id.parse::<usize>()
-                    .ok()
-                    .filter(|i| unanswered.remove(i))
-            };
+            let mut answer = |id: &str| id.parse::<usize>().ok().filter(|i| unanswered.remove(i));
             for ok in out.successful() {
                 if let Some(i) = answer(ok.id()) {
                     done.push((i, Ok(ok.message_id().to_owned())));

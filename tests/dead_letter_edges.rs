@@ -194,7 +194,10 @@ async fn refused_context_does_not_loop_and_message_id_jobs_keep_their_id() {
     );
     assert_eq!(value(small, ATTR_ATTEMPTS), "1");
     assert!(!value(small, ATTR_FAILED_AT).is_empty());
-    assert_eq!(value(small, ATTR_SOURCE_QUEUE), res.queue_url.rsplit('/').next().unwrap());
+    assert_eq!(
+        value(small, ATTR_SOURCE_QUEUE),
+        res.queue_url.rsplit('/').next().unwrap()
+    );
 
     let mut bare: Vec<&String> = dead["big-1"].keys().collect();
     bare.sort();
@@ -206,7 +209,10 @@ async fn refused_context_does_not_loop_and_message_id_jobs_keep_their_id() {
         .unwrap()
         .expect("failure record");
     assert_eq!(rec.failure.error, "amount \u{1}\u{FFFF} is not positive");
-    assert!(drain(&sqs, &res.queue_url).await.is_empty(), "source queue empty");
+    assert!(
+        drain(&sqs, &res.queue_url).await.is_empty(),
+        "source queue empty"
+    );
 }
 
 /// A job identified only by its MessageId (no `idemq-job-id`, no body
@@ -259,9 +265,20 @@ async fn a_message_id_job_keeps_its_identity_through_idemqs_dead_letter() {
     assert!(rec.failure.error.contains("512"), "{}", rec.failure.error);
 
     // Redriven (to the only source queue), it dies again as the same job.
-    let out = idemq(&["dlq", "redrive", "--dlq-url", &res.dlq_url, "--table", &res.table_name]);
+    let out = idemq(&[
+        "dlq",
+        "redrive",
+        "--dlq-url",
+        &res.dlq_url,
+        "--table",
+        &res.table_name,
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("moved 1,"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("moved 1,"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     die_permanently(&res, "schema error", &calls).await;
     assert_eq!(
         calls.lock().unwrap().get(&message_id),
@@ -269,14 +286,19 @@ async fn a_message_id_job_keeps_its_identity_through_idemqs_dead_letter() {
         "the redriven copy is the same job: {:?}",
         calls.lock().unwrap()
     );
-    let rec = dl.read(Some(&message_id), "").await.unwrap().expect("record");
+    let rec = dl
+        .read(Some(&message_id), "")
+        .await
+        .unwrap()
+        .expect("record");
     assert_eq!(rec.job_id.as_deref(), Some(message_id.as_str()));
 }
 
 fn with_attributes(id: &str, n: usize) -> Job {
     let mut job = Job::raw(id, r#"{"n":1}"#);
     for i in 0..n {
-        job.attributes.insert(format!("p{i}"), attr(&format!("v{i}")));
+        job.attributes
+            .insert(format!("p{i}"), attr(&format!("v{i}")));
     }
     job
 }
@@ -314,7 +336,10 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     for (id, r) in producer
-        .send_batch(vec![with_attributes("nine", 9), with_attributes("seven", 7)])
+        .send_batch(vec![
+            with_attributes("nine", 9),
+            with_attributes("seven", 7),
+        ])
         .await
     {
         r.unwrap_or_else(|e| panic!("{id}: {e}"));
@@ -330,7 +355,10 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
 
         let nine = &dead["nine"];
         assert_eq!(nine.len(), 10, "{:?}", nine.keys());
-        assert!(nine.keys().all(|k| k.starts_with('p') || k == "idemq-job-id"));
+        assert!(
+            nine.keys()
+                .all(|k| k.starts_with('p') || k == "idemq-job-id")
+        );
         let seven = &dead["seven"];
         let mut context: Vec<&str> = seven
             .keys()
@@ -352,7 +380,11 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
         }
         let seven_at = dl.read(Some("seven"), "").await.unwrap().unwrap().failed_at;
         last_failed_at = seven_at;
-        assert_eq!(value(seven, ATTR_ATTEMPTS), death.to_string(), "this death's");
+        assert_eq!(
+            value(seven, ATTR_ATTEMPTS),
+            death.to_string(),
+            "this death's"
+        );
         last_attribute = value(seven, ATTR_ERROR).to_owned();
 
         redrive(&res);
@@ -413,6 +445,10 @@ async fn a_failure_record_with_a_huge_error_chain_is_stored_capped() {
             .iter()
             .any(|e| e.contains("more causes left out")),
         "{:?}",
-        back.failure.chain.iter().map(|e| e.len()).collect::<Vec<_>>()
+        back.failure
+            .chain
+            .iter()
+            .map(|e| e.len())
+            .collect::<Vec<_>>()
     );
 }

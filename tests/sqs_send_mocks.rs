@@ -14,15 +14,13 @@ use aws_sdk_sqs::error::ErrorMetadata;
 use aws_sdk_sqs::operation::get_queue_attributes::GetQueueAttributesOutput;
 use aws_sdk_sqs::operation::send_message::{SendMessageError, SendMessageOutput};
 use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
-use aws_sdk_sqs::types::{
-    MessageAttributeValue, QueueAttributeName, SendMessageBatchResultEntry,
-};
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchResultEntry};
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 use idemq::TableLayout;
 use idemq::classify::{Failure, FailureKind};
 use idemq::dlq::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters, DlqError,
-    FailureRecord,
+    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
+    DlqError, FailureRecord,
 };
 use idemq::producer::{Job, Producer, SendError};
 
@@ -178,7 +176,10 @@ async fn a_bare_dead_letter_refused_is_an_error() {
         attributes: &attrs,
         group_id: None,
     };
-    let err = dl.send("https://dlq", &letter, &record()).await.unwrap_err();
+    let err = dl
+        .send("https://dlq", &letter, &record())
+        .await
+        .unwrap_err();
     assert!(matches!(err, DlqError::Sqs(_)), "{err}");
     assert_eq!(refuse.num_calls(), 2, "with context, then bare; no more");
 }
@@ -207,9 +208,11 @@ async fn context_is_left_out_when_the_letter_would_not_fit_the_dlq() {
         group_id: None,
     };
     dl.send("https://dlq", &small, &record()).await.unwrap();
-    let seen = seen.lock().unwrap();
-    assert_eq!(names(&seen[0]), vec!["idemq-job-id"]);
-    assert!(seen[1].contains_key(ATTR_ERROR));
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(names(&seen[0]), vec!["idemq-job-id"]);
+        assert!(seen[1].contains_key(ATTR_ERROR));
+    }
     assert_eq!(size.num_calls(), 1, "MaximumMessageSize read once per DLQ");
 
     // Over the limit even bare: an error naming the sizes, and no send.
@@ -219,12 +222,18 @@ async fn context_is_left_out_when_the_letter_would_not_fit_the_dlq() {
         attributes: &attrs,
         group_id: None,
     };
-    let err = dl.send("https://dlq", &letter, &record()).await.unwrap_err();
+    let err = dl
+        .send("https://dlq", &letter, &record())
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, DlqError::TooLarge { limit: 1024, .. }),
         "{err}"
     );
-    assert!(err.to_string().contains("the DLQ takes at most 1024"), "{err}");
+    assert!(
+        err.to_string().contains("the DLQ takes at most 1024"),
+        "{err}"
+    );
     assert_eq!(accept.num_calls(), 2);
 }
 
@@ -277,7 +286,10 @@ async fn an_entry_left_out_of_both_result_lists_is_retried_then_reported() {
     assert_eq!(results[1].1.as_deref(), Ok("mid-1"));
     assert_eq!(
         *entries_seen.lock().unwrap(),
-        vec![vec!["0".to_string(), "1".to_string()], vec!["1".to_string()]],
+        vec![
+            vec!["0".to_string(), "1".to_string()],
+            vec!["1".to_string()]
+        ],
         "only the missing entry is sent again"
     );
 

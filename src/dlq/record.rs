@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
-use aws_sdk_sqs::config::http::HttpResponse;
 
 use super::DlqError;
 use crate::classify::Failure;
@@ -101,7 +101,10 @@ impl DeadLetters {
             ("message_id".into(), s(&rec.message_id)),
             ("attempt".into(), AttributeValue::N(rec.attempt.to_string())),
             ("kind".into(), s(rec.failure.kind.as_str())),
-            ("error".into(), s(&truncate(&rec.failure.error, MAX_RECORD_ERROR))),
+            (
+                "error".into(),
+                s(&truncate(&rec.failure.error, MAX_RECORD_ERROR)),
+            ),
             ("failed_at".into(), s(&rfc3339(rec.failed_at))),
             ("source_queue".into(), s(&rec.source_queue)),
             (self.layout.payload_hash.clone(), s(&rec.payload_hash)),
@@ -419,7 +422,7 @@ fn bare_attributes(
     // A resolved id came from SQS (attribute, body or MessageId), so SQS
     // accepts it as text; the check only guards that belief.
     let resolved = rec.job_id.as_deref().filter(|id| is_sqs_text(id));
-    match resolved.and_then(|id| string_attribute(id)) {
+    match resolved.and_then(string_attribute) {
         Some(v) => {
             attrs.insert(JOB_ID_ATTRIBUTE.to_owned(), v);
         }
@@ -448,7 +451,8 @@ fn bare_attributes(
 }
 
 /// The context attributes, in the order they get the spare slots.
-const CONTEXT_ATTRIBUTES: [&str; 4] = [ATTR_ERROR, ATTR_ATTEMPTS, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE];
+const CONTEXT_ATTRIBUTES: [&str; 4] =
+    [ATTR_ERROR, ATTR_ATTEMPTS, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE];
 
 /// At most `slots` context attributes, in [`CONTEXT_ATTRIBUTES`] order;
 /// values SQS-safe and capped, empty ones (SQS refuses them) left out.
@@ -466,7 +470,11 @@ fn context_attributes(rec: &FailureRecord, slots: usize) -> Vec<(String, Message
             if text.is_empty() {
                 return None;
             }
-            let data_type = if name == ATTR_ATTEMPTS { "Number" } else { "String" };
+            let data_type = if name == ATTR_ATTEMPTS {
+                "Number"
+            } else {
+                "String"
+            };
             let v = MessageAttributeValue::builder()
                 .data_type(data_type)
                 .string_value(text)
@@ -556,7 +564,10 @@ fn truncate(s: &str, max: usize) -> String {
 pub fn capped_chain(chain: &[String]) -> Vec<String> {
     // DynamoDB counts a list element as its bytes plus one.
     let cost = |e: &String| e.len() + 1;
-    let capped: Vec<String> = chain.iter().map(|e| truncate(e, MAX_RECORD_ERROR)).collect();
+    let capped: Vec<String> = chain
+        .iter()
+        .map(|e| truncate(e, MAX_RECORD_ERROR))
+        .collect();
     if capped.iter().map(cost).sum::<usize>() <= MAX_RECORD_CHAIN {
         return capped;
     }
@@ -613,7 +624,9 @@ mod tests {
         assert!(sqs_char('\t') && sqs_char('\n') && sqs_char('\r') && sqs_char(' '));
         assert!(sqs_char('\u{7f}') && sqs_char('\u{D7FF}') && sqs_char('\u{E000}'));
         assert!(sqs_char('\u{FFFD}') && sqs_char('\u{10000}') && sqs_char('\u{10FFFF}'));
-        for bad in ['\0', '\u{1}', '\u{8}', '\u{b}', '\u{c}', '\u{1f}', '\u{FFFE}', '\u{FFFF}'] {
+        for bad in [
+            '\0', '\u{1}', '\u{8}', '\u{b}', '\u{c}', '\u{1f}', '\u{FFFE}', '\u{FFFF}',
+        ] {
             assert!(!sqs_char(bad), "{bad:?}");
         }
         assert_eq!(sqs_text("a\u{0}b\u{FFFF}c\td"), "a\u{FFFD}b\u{FFFD}c\td");
@@ -623,7 +636,10 @@ mod tests {
             context_attributes(&rec, 4).into_iter().collect();
         let err = ctx[ATTR_ERROR].string_value().unwrap();
         assert!(err.starts_with("bad\u{FFFD}é"), "{err}");
-        assert!(err.len() <= MAX_CONTEXT_VALUE + 32 && err.contains("[cut:"), "{err}");
+        assert!(
+            err.len() <= MAX_CONTEXT_VALUE + 32 && err.contains("[cut:"),
+            "{err}"
+        );
         assert!(is_sqs_text(err));
         assert_eq!(ctx[ATTR_ATTEMPTS].data_type(), "Number");
         assert_eq!(ctx[ATTR_ATTEMPTS].string_value(), Some("3"));
@@ -718,7 +734,9 @@ mod tests {
         assert!(capped[0].len() <= MAX_RECORD_ERROR + 32);
         assert!(capped[0].ends_with(&format!("[cut: {} bytes]", 500 * 1024)));
 
-        let mut many: Vec<String> = (0..1000).map(|i| format!("{i}:{}", "y".repeat(1000))).collect();
+        let mut many: Vec<String> = (0..1000)
+            .map(|i| format!("{i}:{}", "y".repeat(1000)))
+            .collect();
         many.push("root cause".into());
         let capped = capped_chain(&many);
         let total: usize = capped.iter().map(|e| e.len() + 1).sum();

@@ -326,11 +326,17 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 Ok((line, taken)) => {
                     bytes += taken as u64;
                     match line {
-                        Some(Line { number, job: Ok(job) }) => {
+                        Some(Line {
+                            number,
+                            job: Ok(job),
+                        }) => {
                             jobs.push(job);
                             numbers.push(number);
                         }
-                        Some(Line { number, job: Err(e) }) => {
+                        Some(Line {
+                            number,
+                            job: Err(e),
+                        }) => {
                             failed += 1;
                             fail(format!("line {number}: {e}"));
                         }
@@ -459,12 +465,19 @@ mod tests {
             r.next_line().unwrap(),
             Some((RawLine::TooLong { number: 1 }, 1001))
         );
-        assert!(matches!(r.next_line().unwrap(), Some((RawLine::Text { number: 2, text }, 3)) if text == "ok"));
-        assert!(matches!(r.next_line().unwrap(), Some((RawLine::Text { number: 3, text }, 4)) if text == "last"));
+        assert!(
+            matches!(r.next_line().unwrap(), Some((RawLine::Text { number: 2, text }, 3)) if text == "ok")
+        );
+        assert!(
+            matches!(r.next_line().unwrap(), Some((RawLine::Text { number: 3, text }, 4)) if text == "last")
+        );
         assert_eq!(r.next_line().unwrap(), None);
         // Exactly the limit is fine.
         let mut r = LineReader::new("0123456789\n".as_bytes(), 10);
-        assert!(matches!(r.next_line().unwrap(), Some((RawLine::Text { .. }, 11))));
+        assert!(matches!(
+            r.next_line().unwrap(),
+            Some((RawLine::Text { .. }, 11))
+        ));
         let line = to_job(RawLine::TooLong { number: 4 }, None, None, 10).unwrap();
         assert_eq!(
             line.job.unwrap_err(),
@@ -477,7 +490,11 @@ mod tests {
         assert_eq!(check_rate(4.0), Ok(Duration::from_millis(250)));
         assert!(check_rate(1e-9).is_ok());
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(check_rate(bad).unwrap_err().contains("must be a positive number"));
+            assert!(
+                check_rate(bad)
+                    .unwrap_err()
+                    .contains("must be a positive number")
+            );
         }
         for tiny in [1e-300, f64::MIN_POSITIVE, 1e-20] {
             let err = check_rate(tiny).unwrap_err();
