@@ -5,7 +5,11 @@
 //! failure record (job id, attempt, error and its chain, time, source queue,
 //! payload hash) to the idemq table ([`record`]), and a message
 //! dead-lettered by idemq itself (a permanent failure) also carries that
-//! context as `idemq-*` attributes.
+//! context as `idemq-*` attributes, as far as SQS's limits allow: the
+//! copy always carries the producer's attributes and `idemq-job-id`, and
+//! the context only what is left of the 10 attributes and of the DLQ's
+//! `MaximumMessageSize` ([`DeadLetters::send`]), so it is never refused
+//! for idemq's additions and can always be redriven.
 //!
 //! The operator side (`idemq dlq`): [`peek`] reads the DLQ without consuming
 //! it, [`redrive`] moves dead letters back (sending before deleting, so a

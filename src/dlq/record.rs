@@ -16,8 +16,8 @@ use crate::classify::Failure;
 use crate::config::TableLayout;
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
 use crate::producer::{
-    DEFAULT_MAX_MESSAGE_BYTES, INVALID_MESSAGE_CODES, MAX_ATTRIBUTES, message_size,
-    spare_attribute_slots,
+    DEFAULT_MAX_MESSAGE_BYTES, INVALID_MESSAGE_CODES, MAX_ATTRIBUTES, attributes_with_job_id,
+    message_size, spare_attribute_slots,
 };
 
 pub const ATTR_ERROR: &str = "idemq-error";
@@ -436,7 +436,8 @@ fn bare_attributes(
             }
         }
     }
-    if attrs.len() > MAX_ATTRIBUTES {
+    if attrs.contains_key(JOB_ID_ATTRIBUTE) && attributes_with_job_id(attrs.keys()) > MAX_ATTRIBUTES
+    {
         // Ten producer attributes and no `idemq-job-id`: the stamp does not
         // fit. Sent as received, which SQS accepted once; such a message
         // cannot be redriven by idemq either (the producer refuses 11).

@@ -31,10 +31,11 @@ pub struct SendArgs {
     pub rate: Option<f64>,
 }
 
-/// Lines read ahead of the sender, at most: with lines of at most
-/// [`MAX_LINE_BYTES`], what `send` holds in memory stays bounded whatever
-/// the size of its input.
-const READ_AHEAD: usize = 1000;
+/// Lines read ahead of the sender, at most. With lines of at most
+/// [`MAX_LINE_BYTES`], `send` holds at most this many lines plus the chunk
+/// being sent, whatever the size of its input (typically kilobytes; 300
+/// MiB if every line were a 1 MiB message).
+const READ_AHEAD: usize = 200;
 /// Longest input line read, in bytes: SQS's largest message (1 MiB). A
 /// longer line could not be sent anyway; it is skipped and reported.
 const MAX_LINE_BYTES: usize = idemq::producer::DEFAULT_MAX_MESSAGE_BYTES;
