@@ -6,7 +6,7 @@
 //! on FIFO queues also the group and a deduplication id derived from the
 //! job id, so SQS itself drops a copy sent within its 5-minute window.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -23,16 +23,21 @@ use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Entries in one `SendMessageBatch`.
 pub const MAX_BATCH_ENTRIES: usize = 10;
-/// Message attributes SQS accepts on one message.
+/// Message attributes SQS accepts on one message
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>:
+/// "Each message can have up to 10 attributes").
 pub const MAX_ATTRIBUTES: usize = 10;
 /// SQS's limit on `MessageDeduplicationId`.
 pub const MAX_DEDUP_ID: usize = 128;
 /// Tries of one entry before it is reported failed.
 const MAX_ATTEMPTS: u32 = 6;
-/// Entry errors that no retry can fix. SQS marks them `SenderFault`, but
-/// not every emulator does (LocalStack 2026.3 reports
-/// `InvalidMessageContents` with `SenderFault: false`), so the code decides.
-const PERMANENT_ENTRY_CODES: [&str; 6] = [
+/// Error codes with which SQS refuses a message itself (its contents, its
+/// size, its attributes): no retry of the same message can pass. SQS marks
+/// batch entries refused so `SenderFault`, but not every emulator does
+/// (LocalStack 2026.3 reports `InvalidMessageContents` with
+/// `SenderFault: false`), so the code decides. `DeadLetters::send` uses the
+/// same list to fall back to the bare message.
+pub const INVALID_MESSAGE_CODES: [&str; 6] = [
     "InvalidMessageContents",
     "InvalidParameterValue",
     "InvalidAttributeName",
@@ -120,26 +125,67 @@ impl Job {
     }
 
     /// The bytes SQS counts against its size limit: body plus each
-    /// attribute's name, type and value.
+    /// attribute's name, type and value ([`message_size`]).
     pub fn size(&self) -> usize {
-        let attrs: usize = self
+        let own_id_attr = self
             .attributes
-            .iter()
-            .map(|(k, v)| k.len() + attribute_size(v))
-            .sum();
+            .get(JOB_ID_ATTRIBUTE)
+            .map_or(0, |v| JOB_ID_ATTRIBUTE.len() + attribute_size(v));
         let id_attr = if self.set_id_attribute {
             JOB_ID_ATTRIBUTE.len() + "String".len() + self.id.len()
         } else {
-            0
+            own_id_attr
         };
-        self.body.len() + attrs + id_attr
+        message_size(&self.body, &self.attributes) - own_id_attr + id_attr
     }
+}
+
+/// The bytes SQS counts against a queue's `MaximumMessageSize`: the body
+/// plus each attribute's name, data type and value ("All components of a
+/// message attribute are included in the [...] message size restriction",
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>).
+pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeValue>) -> usize {
+    body.len()
+        + attributes
+            .iter()
+            .map(|(k, v)| k.len() + attribute_size(v))
+            .sum::<usize>()
 }
 
 fn attribute_size(v: &MessageAttributeValue) -> usize {
     v.data_type().len()
         + v.string_value().map_or(0, str::len)
         + v.binary_value().map_or(0, |b| b.as_ref().len())
+}
+
+/// The message attribute budget, computed here and nowhere else: how many
+/// attributes a message whose attributes are named `names` uses once idemq
+/// sends it with `idemq-job-id` set (a first send, a redrive, an import, a
+/// dead letter). The producer refuses a job over [`MAX_ATTRIBUTES`]; idemq's
+/// own dead letters give their context only the slots this count leaves
+/// ([`spare_attribute_slots`]), so every dead letter idemq makes can be sent
+/// again: a redrive drops the context and sets `idemq-job-id`, which lands
+/// on this same count.
+///
+/// ```
+/// use idemq::producer::{attributes_with_job_id, spare_attribute_slots};
+/// let names = ["a".to_string(), "idemq-job-id".to_string()];
+/// assert_eq!(attributes_with_job_id(&names), 2);
+/// assert_eq!(spare_attribute_slots(&names), 8);
+/// ```
+pub fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
+    names
+        .into_iter()
+        .filter(|n| n.as_str() != JOB_ID_ATTRIBUTE)
+        .count()
+        + 1
+}
+
+/// The attribute slots left under [`MAX_ATTRIBUTES`] once the message's own
+/// attributes and `idemq-job-id` are counted ([`attributes_with_job_id`]);
+/// 0 when none are, or when the message is already over.
+pub fn spare_attribute_slots<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
+    MAX_ATTRIBUTES.saturating_sub(attributes_with_job_id(names))
 }
 
 /// A job that was not sent, and why. Every variant names the job.
@@ -311,7 +357,18 @@ impl Producer {
         }
         jobs.into_iter()
             .zip(results)
-            .map(|(j, r)| (j.id, r.expect("every job has a result")))
+            .map(|(j, r)| {
+                // send_with_retries answers every index it is given; should
+                // that ever break, the job is reported, never a panic.
+                let r = r.unwrap_or_else(|| {
+                    Err(SendError::GaveUp {
+                        job_id: j.id.clone(),
+                        attempts: 0,
+                        last_error: "no result recorded for this job".into(),
+                    })
+                });
+                (j.id, r)
+            })
             .collect()
     }
 
@@ -322,8 +379,11 @@ impl Producer {
             job_id: job_id(),
             source,
         })?;
-        let count =
-            job.attributes.len() + usize::from(!job.attributes.contains_key(JOB_ID_ATTRIBUTE));
+        let count = if job.set_id_attribute {
+            attributes_with_job_id(job.attributes.keys())
+        } else {
+            job.attributes.len()
+        };
         if count > MAX_ATTRIBUTES {
             return Err(SendError::TooManyAttributes {
                 job_id: job_id(),
@@ -405,18 +465,22 @@ impl Producer {
                     continue;
                 }
             };
+            // Each entry of this call is answered once, by the first result
+            // naming it; an id that names no pending entry is ignored.
+            let mut unanswered: HashSet<usize> = pending.iter().copied().collect();
+            let mut answer = |id: &str| id.parse::<usize>().ok().filter(|i| unanswered.remove(i));
             for ok in out.successful() {
-                if let Ok(i) = ok.id().parse::<usize>() {
+                if let Some(i) = answer(ok.id()) {
                     done.push((i, Ok(ok.message_id().to_owned())));
                 }
             }
             let mut retry = Vec::new();
             for f in out.failed() {
-                let Ok(i) = f.id().parse::<usize>() else {
+                let Some(i) = answer(f.id()) else {
                     continue;
                 };
                 let message = f.message().unwrap_or("").to_owned();
-                if f.sender_fault() || PERMANENT_ENTRY_CODES.contains(&f.code()) {
+                if f.sender_fault() || INVALID_MESSAGE_CODES.contains(&f.code()) {
                     let job_id = jobs[i].id.clone();
                     let code = f.code().to_owned();
                     done.push((
@@ -435,6 +499,22 @@ impl Producer {
                     last_error = format!("{}: {message}", f.code());
                     retry.push(i);
                 }
+            }
+            // SendMessageBatch promises a result for every entry, in
+            // `Successful` or `Failed`
+            // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html>);
+            // an entry in neither is not known to be sent: it is retried
+            // like a failed one (a duplicate copy is what job ids are for),
+            // and reported if it never comes back.
+            if !unanswered.is_empty() {
+                let mut missing: Vec<usize> = unanswered.into_iter().collect();
+                missing.sort_unstable();
+                last_error = format!(
+                    "SendMessageBatch left {} entries out of both Successful and Failed",
+                    missing.len()
+                );
+                retry.extend(missing);
+                retry.sort_unstable();
             }
             pending = retry;
             if pending.is_empty() {

@@ -217,3 +217,100 @@ async fn idemq_send_with_a_duplicated_line_gives_one_effect() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /no/such/file"));
 }
+
+/// `idemq send` streams its input: jobs written to its stdin are on the
+/// queue while stdin is still open (a tool that reads its input whole
+/// sends nothing before EOF), and the rest follows at EOF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idemq_send_streams_stdin_line_by_line() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "prod", false, 6, 30).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idemq"))
+        .args([
+            "send",
+            "--queue-url",
+            &res.queue_url,
+            "--job-id-pointer",
+            "/id",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..5 {
+        writeln!(stdin, r#"{{"id":"early-{i}"}}"#).unwrap();
+    }
+    stdin.flush().unwrap();
+
+    let mut early = HashSet::new();
+    let started = Instant::now();
+    while early.len() < 5 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "only {early:?} arrived while stdin was open"
+        );
+        for (id, _, _) in drain(&sqs, &res.queue_url).await {
+            early.insert(id);
+        }
+    }
+    assert!(child.try_wait().unwrap().is_none(), "still reading stdin");
+
+    writeln!(stdin, "not json").unwrap();
+    for i in 0..5 {
+        writeln!(stdin, r#"{{"id":"late-{i}"}}"#).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("sent 10, failed 1"), "{stdout}");
+    assert!(stderr.contains("failed: line 6: not JSON"), "{stderr}");
+    let late: HashSet<String> = drain(&sqs, &res.queue_url)
+        .await
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .collect();
+    let expected: HashSet<String> = (0..5).map(|i| format!("late-{i}")).collect();
+    assert_eq!(late, expected);
+}
+
+/// A `--rate` whose interval does not fit a duration (1e-300 jobs per
+/// second: one every 1e300 s) is a usage error, exit 2, before anything is
+/// sent; it used to panic after the first chunk (`Duration::from_secs_f64`).
+#[tokio::test]
+async fn idemq_send_refuses_a_rate_whose_interval_overflows() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "prod", false, 6, 30).await;
+    let dir = std::env::temp_dir().join(unique("rate"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("one.jsonl");
+    std::fs::write(&path, "{\"id\":\"r-1\"}\n").unwrap();
+    for (rate, says) in [
+        ("1e-300", "--rate 1e-300 is too small"),
+        ("0", "must be a positive number"),
+    ] {
+        let out = idemq(&[
+            "send",
+            "--queue-url",
+            &res.queue_url,
+            "--job-id-pointer",
+            "/id",
+            "--rate",
+            rate,
+            path.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{rate}: {stderr}");
+        assert!(stderr.contains(says), "{rate}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    assert!(drain(&sqs, &res.queue_url).await.is_empty(), "nothing sent");
+}

@@ -5,7 +5,11 @@
 //! failure record (job id, attempt, error and its chain, time, source queue,
 //! payload hash) to the idemq table ([`record`]), and a message
 //! dead-lettered by idemq itself (a permanent failure) also carries that
-//! context as `idemq-*` attributes.
+//! context as `idemq-*` attributes, as far as SQS's limits allow: the
+//! copy always carries the producer's attributes and `idemq-job-id`, and
+//! the context only what is left of the 10 attributes and of the DLQ's
+//! `MaximumMessageSize` ([`DeadLetters::send`]), so it is never refused
+//! for idemq's additions and can always be redriven.
 //!
 //! The operator side (`idemq dlq`): [`peek`] reads the DLQ without consuming
 //! it, [`redrive`] moves dead letters back (sending before deleting, so a
@@ -19,7 +23,7 @@ pub mod redrive;
 
 pub use record::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
-    FailureRecord, MAX_MESSAGE_ATTRIBUTES,
+    FailureRecord, MAX_RECORD_CHAIN, MAX_RECORD_ERROR,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -28,4 +32,14 @@ pub enum DlqError {
     DynamoDb(String),
     #[error("SQS: {0}")]
     Sqs(String),
+    /// The message alone (body, producer attributes, `idemq-job-id`) is
+    /// over the DLQ's `MaximumMessageSize`.
+    #[error(
+        "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
+    )]
+    TooLarge {
+        message_id: String,
+        bytes: usize,
+        limit: usize,
+    },
 }

@@ -1,12 +1,17 @@
 //! `idemq send`: JSON lines in, one job per line, each with a stable id.
+//!
+//! The input (a file or stdin) is streamed: read line by line, a bounded
+//! number of lines ahead of the sender, so memory stays bounded and jobs
+//! from a pipe are sent as they come.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use idemq::Producer;
 use idemq::producer::Job;
+use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
@@ -26,6 +31,15 @@ pub struct SendArgs {
     pub rate: Option<f64>,
 }
 
+/// Lines read ahead of the sender, at most. With lines of at most
+/// [`MAX_LINE_BYTES`], `send` holds at most this many lines plus the chunk
+/// being sent, whatever the size of its input (typically kilobytes; 300
+/// MiB if every line were a 1 MiB message).
+const READ_AHEAD: usize = 200;
+/// Longest input line read, in bytes: SQS's largest message (1 MiB). A
+/// longer line could not be sent anyway; it is skipped and reported.
+const MAX_LINE_BYTES: usize = idemq::producer::DEFAULT_MAX_MESSAGE_BYTES;
+
 /// One input line turned into a job, or why it cannot be one.
 #[derive(Debug, PartialEq)]
 pub struct Line {
@@ -33,18 +47,124 @@ pub struct Line {
     pub job: Result<Job, String>,
 }
 
-/// Parses the input: blank lines are skipped; each other line must be JSON
-/// with a string or number at the pointers given.
+/// One line of input as read: its text, or why it has none.
+#[derive(Debug, PartialEq)]
+pub enum RawLine {
+    Text { number: usize, text: String },
+    TooLong { number: usize },
+    NotUtf8 { number: usize },
+}
+
+/// Reads lines of at most `max` bytes (without their end) from a
+/// `BufRead`, never holding more than one such line: a longer line is
+/// read through to its end and reported as [`RawLine::TooLong`].
+pub struct LineReader<R> {
+    reader: R,
+    max: usize,
+    number: usize,
+}
+
+impl<R: BufRead> LineReader<R> {
+    pub fn new(reader: R, max: usize) -> Self {
+        Self {
+            reader,
+            max,
+            number: 0,
+        }
+    }
+
+    /// The next line and the bytes it took in the input (its end included).
+    pub fn next_line(&mut self) -> std::io::Result<Option<(RawLine, usize)>> {
+        let mut buf = Vec::new();
+        let mut taken = 0usize;
+        let mut too_long = false;
+        loop {
+            let available = match self.reader.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if available.is_empty() {
+                if taken == 0 {
+                    return Ok(None);
+                }
+                break;
+            }
+            let (piece, end) = match available.iter().position(|&b| b == b'\n') {
+                Some(i) => (&available[..=i], true),
+                None => (available, false),
+            };
+            let n = piece.len();
+            taken += n;
+            // The end of line ("\n" or "\r\n") does not count.
+            if !too_long && buf.len() + n > self.max + 2 {
+                too_long = true;
+                buf = Vec::new();
+            }
+            if !too_long {
+                buf.extend_from_slice(piece);
+            }
+            self.reader.consume(n);
+            if end {
+                break;
+            }
+        }
+        self.number += 1;
+        let number = self.number;
+        if buf.ends_with(b"\n") {
+            buf.pop();
+            if buf.ends_with(b"\r") {
+                buf.pop();
+            }
+        }
+        let line = if too_long || buf.len() > self.max {
+            RawLine::TooLong { number }
+        } else {
+            match String::from_utf8(buf) {
+                Ok(text) => RawLine::Text { number, text },
+                Err(_) => RawLine::NotUtf8 { number },
+            }
+        };
+        Ok(Some((line, taken)))
+    }
+}
+
+/// Turns one line read into a job (`None` for a blank line).
+fn to_job(
+    raw: RawLine,
+    id_pointer: Option<&str>,
+    group_pointer: Option<&str>,
+    max: usize,
+) -> Option<Line> {
+    let (number, job) = match raw {
+        RawLine::Text { number, text } => {
+            if text.trim().is_empty() {
+                return None;
+            }
+            (number, parse_line(text.trim(), id_pointer, group_pointer))
+        }
+        RawLine::TooLong { number } => (
+            number,
+            Err(format!(
+                "longer than {max} bytes, the largest SQS message; not read"
+            )),
+        ),
+        RawLine::NotUtf8 { number } => (number, Err("not UTF-8 text".to_owned())),
+    };
+    Some(Line { number, job })
+}
+
+/// Parses a whole input held in memory (what [`run`] does line by line as
+/// it reads): blank lines are skipped; each other line must be JSON with a
+/// string or number at the pointers given.
+#[cfg(test)]
 pub fn parse(input: &str, id_pointer: Option<&str>, group_pointer: Option<&str>) -> Vec<Line> {
-    input
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, line)| Line {
-            number: i + 1,
-            job: parse_line(line.trim(), id_pointer, group_pointer),
-        })
-        .collect()
+    let mut reader = LineReader::new(input.as_bytes(), MAX_LINE_BYTES);
+    let mut lines = Vec::new();
+    while let Ok(Some((raw, _))) = reader.next_line() {
+        lines.extend(to_job(raw, id_pointer, group_pointer, MAX_LINE_BYTES));
+    }
+    lines
 }
 
 fn parse_line(
@@ -72,15 +192,66 @@ fn parse_line(
     Ok(job)
 }
 
-pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
-    let input = match read_input(args.file.as_ref()) {
-        Ok(s) => s,
-        Err(e) => return crate::usage_error(&e),
+/// `--rate` must be a positive number whose interval (1/rate seconds) is a
+/// duration: `Duration::from_secs_f64` panics on what does not fit.
+pub fn check_rate(rate: f64) -> Result<Duration, String> {
+    if !(rate > 0.0 && rate.is_finite()) {
+        return Err(format!("--rate {rate:?} must be a positive number"));
+    }
+    Duration::try_from_secs_f64(1.0 / rate).map_err(|_| {
+        format!(
+            "--rate {rate:?} is too small: one job every {:?} seconds is longer than any wait",
+            1.0 / rate
+        )
+    })
+}
+
+/// The input, opened: a file, or stdin for none or `-`; and its size when
+/// known (for the progress bar).
+fn open_input(file: Option<&PathBuf>) -> Result<(Box<dyn BufRead + Send>, Option<u64>), String> {
+    match file {
+        Some(path) if path.as_os_str() != "-" => {
+            let cannot = |e: &dyn std::fmt::Display| format!("cannot read {}: {e}", path.display());
+            let f = std::fs::File::open(path).map_err(|e| cannot(&e))?;
+            let meta = f.metadata().map_err(|e| cannot(&e))?;
+            if meta.is_dir() {
+                return Err(cannot(&"is a directory"));
+            }
+            let len = meta.is_file().then_some(meta.len());
+            Ok((Box::new(BufReader::new(f)), len))
+        }
+        _ => Ok((Box::new(BufReader::new(std::io::stdin())), None)),
+    }
+}
+
+/// Progress on a terminal: bytes of a file read and sent (with ETA), or a
+/// count for stdin; nothing when stderr is not a terminal.
+fn progress(total: Option<u64>) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let (bar, template) = match total {
+        Some(len) => (
+            ProgressBar::new(len),
+            "{bar:40} {bytes}/{total_bytes}  {msg}  {per_sec}  ETA {eta}",
+        ),
+        None => (ProgressBar::new_spinner(), "{spinner} {bytes} read  {msg}"),
     };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// What the reader thread hands over: a parsed line and the input bytes
+/// it took, or a read error.
+type Read = Result<(Option<Line>, usize), String>;
+
+pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     if let Some(rate) = args.rate
-        && !(rate > 0.0 && rate.is_finite())
+        && let Err(e) = check_rate(rate)
     {
-        return crate::usage_error(&format!("--rate {rate} must be a positive number"));
+        return crate::usage_error(&e);
     }
     for p in [&args.job_id_pointer, &args.group_pointer]
         .into_iter()
@@ -92,6 +263,10 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             ));
         }
     }
+    let (input, total) = match open_input(args.file.as_ref()) {
+        Ok(i) => i,
+        Err(e) => return crate::usage_error(&e),
+    };
     if args.job_id_pointer.is_none() {
         eprintln!(
             "warning: no --job-id-pointer: job ids are generated, so sending this input again \
@@ -102,82 +277,113 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         Ok(p) => p,
         Err(e) => return crate::usage_error(&e.to_string()),
     };
-    let lines = parse(
-        &input,
-        args.job_id_pointer.as_deref(),
-        args.group_pointer.as_deref(),
-    );
 
-    let bar = crate::progress::bar(lines.len() as u64, "jobs");
-    let mut failures: Vec<String> = Vec::new();
-    let mut sent = 0usize;
-    let mut jobs = Vec::new();
-    let mut numbers = Vec::new();
-    for line in lines {
-        match line.job {
-            Ok(job) => {
-                jobs.push(job);
-                numbers.push(line.number);
-            }
-            Err(e) => {
-                failures.push(format!("line {}: {e}", line.number));
-                bar.inc(1);
+    // A thread reads and parses ahead (stdin and files block), at most
+    // READ_AHEAD lines; this task sends what it has as soon as it has it,
+    // so a slow producer (a pipe) is sent line by line, not at EOF.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Read>(READ_AHEAD);
+    let (id_pointer, group_pointer) = (args.job_id_pointer.clone(), args.group_pointer.clone());
+    std::thread::spawn(move || {
+        let mut reader = LineReader::new(input, MAX_LINE_BYTES);
+        loop {
+            let item = match reader.next_line() {
+                Ok(None) => return,
+                Ok(Some((raw, bytes))) => Ok((
+                    to_job(
+                        raw,
+                        id_pointer.as_deref(),
+                        group_pointer.as_deref(),
+                        MAX_LINE_BYTES,
+                    ),
+                    bytes,
+                )),
+                Err(e) => Err(e.to_string()),
+            };
+            let stop = item.is_err();
+            if tx.blocking_send(item).is_err() || stop {
+                return;
             }
         }
-    }
+    });
+
+    let bar = progress(total);
+    let fail = |f: String| bar.suspend(|| eprintln!("failed: {f}"));
+    let (mut sent, mut failed, mut done) = (0usize, 0usize, 0usize);
     // Paced in chunks: one SendMessageBatch worth when rate-limited, larger
     // chunks (sent 4 batches at a time) when not.
     let chunk = if args.rate.is_some() { 10 } else { 100 };
     let start = Instant::now();
-    let mut done = 0usize;
-    let mut numbers = numbers.into_iter();
-    let mut jobs = jobs.into_iter().peekable();
-    while jobs.peek().is_some() {
-        let batch: Vec<Job> = jobs.by_ref().take(chunk).collect();
-        let n = batch.len();
-        for (_, result) in producer.send_batch(batch).await {
-            let number = numbers.next().unwrap_or_default();
-            match result {
-                Ok(_) => sent += 1,
-                Err(e) => failures.push(format!("line {number}: {e}")),
+    let mut read_error = None;
+    while let Some(first) = rx.recv().await {
+        let mut reads = vec![first];
+        while reads.len() < chunk
+            && let Ok(more) = rx.try_recv()
+        {
+            reads.push(more);
+        }
+        let (mut jobs, mut numbers, mut bytes) = (Vec::new(), Vec::new(), 0u64);
+        for read in reads {
+            match read {
+                Ok((line, taken)) => {
+                    bytes += taken as u64;
+                    match line {
+                        Some(Line {
+                            number,
+                            job: Ok(job),
+                        }) => {
+                            jobs.push(job);
+                            numbers.push(number);
+                        }
+                        Some(Line {
+                            number,
+                            job: Err(e),
+                        }) => {
+                            failed += 1;
+                            fail(format!("line {number}: {e}"));
+                        }
+                        None => {}
+                    }
+                }
+                Err(e) => read_error = Some(e),
+            }
+        }
+        let n = jobs.len();
+        if n > 0 {
+            for ((_, result), number) in producer.send_batch(jobs).await.into_iter().zip(numbers) {
+                match result {
+                    Ok(_) => sent += 1,
+                    Err(e) => {
+                        failed += 1;
+                        fail(format!("line {number}: {e}"));
+                    }
+                }
             }
         }
         done += n;
-        bar.inc(n as u64);
+        bar.inc(bytes);
+        bar.set_message(format!("{sent} sent, {failed} failed"));
         if let Some(rate) = args.rate {
-            let due = Duration::from_secs_f64(done as f64 / rate);
+            // check_rate bounds 1/rate; a total past Duration's range just
+            // waits as long as a Duration can.
+            let due = Duration::try_from_secs_f64(done as f64 / rate).unwrap_or(Duration::MAX);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 tokio::time::sleep(wait).await;
             }
         }
     }
     bar.finish_and_clear();
-    for f in &failures {
-        eprintln!("failed: {f}");
+    if let Some(e) = &read_error {
+        failed += 1;
+        eprintln!("failed: cannot read the rest of the input: {e}");
     }
     println!(
-        "sent {sent}, failed {} ({:.1} s)",
-        failures.len(),
+        "sent {sent}, failed {failed} ({:.1} s)",
         start.elapsed().as_secs_f64()
     );
-    if failures.is_empty() {
+    if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
-}
-
-fn read_input(file: Option<&PathBuf>) -> Result<String, String> {
-    match file {
-        Some(path) if path.as_os_str() != "-" => std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display())),
-        _ => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| format!("cannot read stdin: {e}"))?;
-            Ok(s)
-        }
     }
 }
 
@@ -210,6 +416,91 @@ mod tests {
                 .contains("not a string or number")
         );
         assert_eq!(lines[5].job.as_ref().unwrap_err(), "no message group at /g");
+    }
+
+    /// Yields its chunks one read at a time, then fails: a reader that
+    /// needs the whole input first never returns a line.
+    struct Trickle(Vec<&'static [u8]>);
+
+    impl std::io::Read for Trickle {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(std::io::Error::other("the pipe broke"));
+            }
+            let chunk = self.0.remove(0);
+            let n = chunk.len().min(out.len());
+            out[..n].copy_from_slice(&chunk[..n]);
+            if n < chunk.len() {
+                self.0.insert(0, &chunk[n..]);
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn lines_are_read_one_at_a_time_and_bounded() {
+        let input = Trickle(vec![b"{\"id\":1}\r\n{\"id\"", b":2}\n", b"\xff\xfe\n"]);
+        let mut r = LineReader::new(BufReader::with_capacity(4, input), 64);
+        let text = |number: usize, t: &str| {
+            Some((
+                RawLine::Text {
+                    number,
+                    text: t.to_owned(),
+                },
+                t.len() + if number == 1 { 2 } else { 1 },
+            ))
+        };
+        assert_eq!(r.next_line().unwrap(), text(1, "{\"id\":1}"));
+        assert_eq!(r.next_line().unwrap(), text(2, "{\"id\":2}"));
+        assert_eq!(
+            r.next_line().unwrap(),
+            Some((RawLine::NotUtf8 { number: 3 }, 3))
+        );
+        assert_eq!(r.next_line().unwrap_err().to_string(), "the pipe broke");
+
+        // A line over the limit is read through, not held, and reported;
+        // the next line is read as usual; the last needs no end of line.
+        let long = format!("{}\nok\nlast", "x".repeat(1000));
+        let mut r = LineReader::new(BufReader::with_capacity(16, long.as_bytes()), 10);
+        assert_eq!(
+            r.next_line().unwrap(),
+            Some((RawLine::TooLong { number: 1 }, 1001))
+        );
+        assert!(
+            matches!(r.next_line().unwrap(), Some((RawLine::Text { number: 2, text }, 3)) if text == "ok")
+        );
+        assert!(
+            matches!(r.next_line().unwrap(), Some((RawLine::Text { number: 3, text }, 4)) if text == "last")
+        );
+        assert_eq!(r.next_line().unwrap(), None);
+        // Exactly the limit is fine.
+        let mut r = LineReader::new("0123456789\n".as_bytes(), 10);
+        assert!(matches!(
+            r.next_line().unwrap(),
+            Some((RawLine::Text { .. }, 11))
+        ));
+        let line = to_job(RawLine::TooLong { number: 4 }, None, None, 10).unwrap();
+        assert_eq!(
+            line.job.unwrap_err(),
+            "longer than 10 bytes, the largest SQS message; not read"
+        );
+    }
+
+    #[test]
+    fn rates_whose_interval_is_no_duration_are_refused() {
+        assert_eq!(check_rate(4.0), Ok(Duration::from_millis(250)));
+        assert!(check_rate(1e-9).is_ok());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(
+                check_rate(bad)
+                    .unwrap_err()
+                    .contains("must be a positive number")
+            );
+        }
+        for tiny in [1e-300, f64::MIN_POSITIVE, 1e-20] {
+            let err = check_rate(tiny).unwrap_err();
+            assert!(err.contains("is too small"), "{err}");
+        }
     }
 
     #[test]
