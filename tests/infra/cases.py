@@ -662,10 +662,10 @@ BREAKS = [
         "bootstrap",
         "sam",
         "template.yaml",
-        "              - dynamodb:UpdateTimeToLive\n            Resource: !GetAtt Table.Arn\n",
+        "              - dynamodb:UpdateContinuousBackups\n            Resource: !GetAtt Table.Arn\n",
         "            Resource: !GetAtt Table.Arn\n",
-        "missing action: UpdateTimeToLive",
-        "dynamodb:UpdateTimeToLive on the table is not granted",
+        "missing action: UpdateContinuousBackups (init turns on point-in-time recovery)",
+        "dynamodb:UpdateContinuousBackups on the table is not granted",
     ),
     Break(
         "bootstrap",

@@ -180,6 +180,8 @@ def test_queues_deploy_like_idemq_init(repo, sam, aws, idemq_bin):
                 except aws["sqs"].exceptions.QueueDoesNotExist:
                     pass
             try:
+                # `idemq init` protects its table from deletion, as the templates do.
+                aws["ddb"].update_table(TableName=init_name, DeletionProtectionEnabled=False)
                 aws["ddb"].delete_table(TableName=init_name)
             except aws["ddb"].exceptions.ResourceNotFoundException:
                 pass

@@ -107,6 +107,8 @@ data "aws_iam_policy_document" "bootstrap" {
       "dynamodb:DescribeTable",
       "dynamodb:DescribeTimeToLive",
       "dynamodb:UpdateTimeToLive",
+      "dynamodb:DescribeContinuousBackups",
+      "dynamodb:UpdateContinuousBackups",
     ]
     resources = [aws_dynamodb_table.idemq.arn]
   }
