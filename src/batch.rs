@@ -27,7 +27,11 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+// Instants and sleeps come from tokio's clock, the one clock a test (or a
+// simulation) can pause and advance.
+use tokio::time::Instant;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use futures_util::{FutureExt, StreamExt, stream};
@@ -162,7 +166,7 @@ async fn bounded<F: Future>(by: Instant, fut: F) -> Option<F::Output> {
     if until <= now {
         return None;
     }
-    tokio::time::timeout_at(until.into(), fut).await.ok()
+    tokio::time::timeout_at(until, fut).await.ok()
 }
 
 impl Default for BatchConfig {
@@ -376,7 +380,7 @@ impl<H: Handler> Processor<H> {
                         Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
                     };
                     let guarded = AssertUnwindSafe(work).catch_unwind();
-                    match tokio::time::timeout_at(budget.abandon_at.into(), guarded).await {
+                    match tokio::time::timeout_at(budget.abandon_at, guarded).await {
                         Err(_) => Attempt::TimedOut,
                         Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
                         Ok(Ok(Err(attempt))) => attempt,

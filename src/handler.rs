@@ -3,7 +3,11 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Instants and sleeps come from tokio's clock, the one clock a test (or a
+// simulation) can pause and advance.
+use tokio::time::Instant;
 
 use serde::de::DeserializeOwned;
 

@@ -7,7 +7,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+// Instants and sleeps come from tokio's clock, the one clock a test (or a
+// simulation) can pause and advance.
+use tokio::time::Instant;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::primitives::Blob;

@@ -2,7 +2,11 @@
 //! `RedrivePolicy`), its visibility timeout and retention. Read once, at
 //! cold start.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Instants and sleeps come from tokio's clock, the one clock a test (or a
+// simulation) can pause and advance.
+use tokio::time::Instant;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{
@@ -215,7 +219,7 @@ pub async fn change_visibility_by(
         if until <= now {
             return chunk.len();
         }
-        let Ok(sent) = tokio::time::timeout_at(until.into(), send).await else {
+        let Ok(sent) = tokio::time::timeout_at(until, send).await else {
             return chunk.len();
         };
         match sent {

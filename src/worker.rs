@@ -7,7 +7,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Instants and sleeps come from tokio's clock, the one clock a test (or a
+// simulation) can pause and advance.
+use tokio::time::Instant;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::MessageSystemAttributeName;

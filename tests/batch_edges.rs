@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use aws_smithy_runtime_api::client::http::{
@@ -132,6 +134,7 @@ impl HttpConnector for Fake {
             let answer = match op.as_str() {
                 "SendMessage" => json!({"MessageId": format!("dlq-{index}")}),
                 "ChangeMessageVisibilityBatch" => json!({"Successful": [], "Failed": []}),
+                "GetQueueAttributes" => json!({"Attributes": {"MaximumMessageSize": "262144"}}),
                 _ => json!({}), // PutItem, TransactWriteItems
             };
             let mut response = HttpResponse::new(
@@ -248,11 +251,17 @@ fn processor(
 /// report exactly the messages not done with: not a committed job, not a
 /// permanent failure whose DLQ send was answered (it would be dead-lettered
 /// again), but every permanent failure whose send was not.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+///
+/// Time is tokio's paused clock: every delay above is virtual, so the run is
+/// the same on an idle laptop and on a loaded CI machine, and takes
+/// milliseconds.
+#[tokio::test(start_paused = true)]
 async fn a_slow_batch_of_100_answers_before_the_deadline_with_exactly_its_failures() {
     let slow = Duration::from_secs(30);
     let fake = Fake::new(move |op, req| match op {
         "TransactWriteItems" => Duration::from_millis(50),
+        // The DLQ's size limit, read once before its first send.
+        "GetQueueAttributes" => Duration::from_millis(20),
         "SendMessage" => {
             let body = req["MessageBody"].as_str().unwrap_or_default();
             if body.contains("permanent-fast") {

@@ -20,7 +20,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::{attribute, drain, number, sdk, unique};

@@ -8,7 +8,9 @@ mod common;
 mod ledger;
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use aws_sdk_sqs::types::{
     MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
