@@ -674,6 +674,22 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
             Job::raw("huge", format!("{CANARY}{}", "z".repeat(1_000_000))),
         ),
         ("DynamoDB limit", probe_job("too-big", "big")),
+        // The secret *is* the offending value: serde's own error text would
+        // quote it ("unknown variant `…`", "invalid type: string \"…\"").
+        (
+            "does not decode",
+            Job::raw(
+                "bad-variant",
+                format!("{{\"id\":\"v\",\"action\":\"{CANARY}\"}}"),
+            ),
+        ),
+        (
+            "does not decode",
+            Job::raw(
+                "bad-nested-value",
+                format!("{{\"id\":\"n\",\"action\":\"ok\",\"ms\":\"{CANARY}\"}}"),
+            ),
+        ),
     ];
     // The id attribute is set by hand where it must be invalid (the
     // Producer refuses invalid ids, as it should).
@@ -718,6 +734,17 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
     let shown =
         String::from_utf8_lossy(&show.stdout).to_string() + &String::from_utf8_lossy(&show.stderr);
     assert!(shown.contains("--payload to print it"), "{shown}");
+    let dry = idemq(&[
+        "dlq",
+        "redrive",
+        "--dry-run",
+        "--dlq-url",
+        &res.dlq_url,
+        "--table",
+        &table,
+    ]);
+    let dry_run =
+        String::from_utf8_lossy(&dry.stdout).to_string() + &String::from_utf8_lossy(&dry.stderr);
 
     let dead = drain(&sqs, &res.dlq_url).await;
     assert_eq!(dead.len(), bad.len(), "every bad job in the DLQ");
@@ -753,6 +780,7 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
         ("worker", &logs),
         ("dlq list", &listing),
         ("dlq show", &shown),
+        ("dlq redrive --dry-run", &dry_run),
     ] {
         assert!(
             !text.contains(CANARY),
