@@ -14,9 +14,9 @@ echo "== building idemq and the ledger example (the first build compiles the AWS
 cargo build --locked --bin idemq --example ledger --example ledger_demo
 
 run="demo-$(date +%s)"
-echo "== idemq init (queue, DLQ with maxReceiveCount 4, table)"
+echo "== idemq init (queue, DLQ with maxReceiveCount 5, the templates' minimum, table)"
 resources=$(target/debug/idemq init --queue-name "$run" --table-name "$run" \
-    --max-receive-count 4 --visibility-timeout-secs 10)
+    --max-receive-count 5 --visibility-timeout-secs 10)
 echo "$resources"
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" <<<"$resources"; }
 queue_url=$(json queue_url); dlq_url=$(json dlq_url)
