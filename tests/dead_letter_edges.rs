@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
-use common::{drain, idemq, init_queue, sdk};
+use common::{drain, idemq, init_queue, sdk, string_attribute};
 use idemq::backoff::Backoff;
 use idemq::batch::BatchConfig;
 use idemq::classify::{Failure, FailureKind};
@@ -60,14 +60,6 @@ async fn die_permanently(res: &InitReport, error: &'static str, calls: &Calls) {
         ..BatchConfig::default()
     };
     run_with(handler, args, batch).await.expect("worker");
-}
-
-fn attr(v: &str) -> MessageAttributeValue {
-    MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(v)
-        .build()
-        .unwrap()
 }
 
 fn dead_letters(sdk: &aws_config::SdkConfig, table: &str) -> DeadLetters {
@@ -170,7 +162,7 @@ async fn refused_context_does_not_loop_and_message_id_jobs_keep_their_id() {
     sqs.send_message()
         .queue_url(&res.queue_url)
         .message_body(&big)
-        .message_attributes("idemq-job-id", attr("big-1"))
+        .message_attributes("idemq-job-id", string_attribute("big-1"))
         .send()
         .await
         .unwrap();
@@ -244,7 +236,7 @@ async fn a_message_id_job_keeps_its_identity_through_idemqs_dead_letter() {
         .send_message()
         .queue_url(&res.queue_url)
         .message_body(r#"{"n":2}"#)
-        .message_attributes("idemq-job-id", attr(&too_long))
+        .message_attributes("idemq-job-id", string_attribute(&too_long))
         .send()
         .await
         .unwrap()
@@ -298,7 +290,7 @@ fn with_attributes(id: &str, n: usize) -> Job {
     let mut job = Job::raw(id, r#"{"n":1}"#);
     for i in 0..n {
         job.attributes
-            .insert(format!("p{i}"), attr(&format!("v{i}")));
+            .insert(format!("p{i}"), string_attribute(&format!("v{i}")));
     }
     job
 }

@@ -8,22 +8,14 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../examples/ledger.rs"]
-mod ledger;
-
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Output};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName as Sys};
-use common::{attribute, idemq, init_queue, sdk, unique};
-use idemq::backoff::Backoff;
-use idemq::batch::BatchConfig;
-use idemq::dlq::peek::Peek;
+use aws_sdk_sqs::types::MessageSystemAttributeName as Sys;
+use common::{attribute, dlq_total, idemq, init_queue, sdk, string_attribute, unique, work_ledger};
 use idemq::init::InitReport;
-use idemq::worker::{WorkerArgs, run_with};
 
 const POINTER: &str = "/ref";
 const PREFIX: &str = "custom#";
@@ -54,14 +46,6 @@ fn out(o: &Output) -> String {
     )
 }
 
-fn attr(v: &str) -> MessageAttributeValue {
-    MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(v)
-        .build()
-        .unwrap()
-}
-
 /// Sends one message as a plain SQS client would (no idemq producer);
 /// returns its MessageId.
 async fn send_raw(
@@ -73,7 +57,7 @@ async fn send_raw(
 ) -> String {
     let mut send = sqs.send_message().queue_url(url).message_body(body);
     for (k, v) in attrs {
-        send = send.message_attributes(*k, attr(v));
+        send = send.message_attributes(*k, string_attribute(v));
     }
     if let Some(g) = group {
         send = send
@@ -81,14 +65,6 @@ async fn send_raw(
             .message_deduplication_id(unique("d"));
     }
     send.send().await.unwrap().message_id().unwrap().to_owned()
-}
-
-async fn dlq_total(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> u64 {
-    Peek::new(sqs.clone(), dlq_url, Duration::from_secs(1))
-        .depth()
-        .await
-        .unwrap()
-        .total()
 }
 
 /// Receives without deleting until SQS's own redrive (maxReceiveCount 1)
@@ -106,29 +82,6 @@ async fn dead_letter_natively(sqs: &aws_sdk_sqs::Client, res: &InitReport, n: u6
             .unwrap();
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-}
-
-/// The ledger worker until the queue is idle; accounts in `down` fail.
-async fn work(res: &InitReport, down: &[&str]) -> idemq::metrics::BatchMetrics {
-    let ledger = ledger::Ledger {
-        table: res.table_name.clone(),
-        fail_accounts: down.iter().map(|a| a.to_string()).collect(),
-    };
-    let args = WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(8),
-        exit_when_idle: Some(3),
-        emf: false,
-    };
-    let batch = BatchConfig {
-        backoff: Backoff::new()
-            .with_base(Duration::from_secs(1))
-            .with_cap(Duration::from_secs(1)),
-        ..BatchConfig::default()
-    };
-    run_with(ledger, args, batch).await.expect("worker")
 }
 
 fn rows(o: &Output) -> Vec<serde_json::Value> {
@@ -179,7 +132,7 @@ fn context_is_found_for_pointer_and_message_id_jobs_under_the_configured_prefix(
             None,
         )
         .await;
-        work(&res, &["acct-down"]).await;
+        work_ledger(&res, &["acct-down"], 3).await;
         assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 3);
         // A letter no consumer ever saw: no record, no idemq-error.
         send_raw(

@@ -2,23 +2,16 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../examples/ledger.rs"]
-mod ledger;
-
 use std::collections::{HashMap, HashSet};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName as Sys};
-use common::{attribute, idemq, init_queue, number, sdk, unique};
-use idemq::backoff::Backoff;
-use idemq::batch::BatchConfig;
-use idemq::dlq::peek::Peek;
-use idemq::init::InitReport;
+use common::{
+    attribute, dlq_total, idemq, init_queue, number, redrive_killed_at_random, sdk, unique,
+    work_ledger,
+};
 use idemq::producer::{Job, Producer};
-use idemq::worker::{WorkerArgs, run_with};
 
 /// Sends `n` transfers to `account`, amounts 1..=n; returns their sum.
 async fn send_transfers(producer: &Producer, prefix: &str, account: &str, n: usize) -> i64 {
@@ -38,37 +31,6 @@ async fn send_transfers(producer: &Producer, prefix: &str, account: &str, n: usi
     (1..=n as i64).sum()
 }
 
-/// Runs the ledger worker until the queue is idle; accounts in `down` fail.
-async fn work(res: &InitReport, down: &[&str]) -> idemq::metrics::BatchMetrics {
-    let ledger = ledger::Ledger {
-        table: res.table_name.clone(),
-        fail_accounts: down.iter().map(|a| a.to_string()).collect(),
-    };
-    let args = WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(8),
-        exit_when_idle: Some(4),
-        emf: false,
-    };
-    let batch = BatchConfig {
-        backoff: Backoff::new()
-            .with_base(Duration::from_secs(1))
-            .with_cap(Duration::from_secs(1)),
-        ..BatchConfig::default()
-    };
-    run_with(ledger, args, batch).await.expect("worker")
-}
-
-async fn dlq_total(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> u64 {
-    Peek::new(sqs.clone(), dlq_url, Duration::from_secs(1))
-        .depth()
-        .await
-        .unwrap()
-        .total()
-}
-
 /// 300 dead letters from an outage: `list --json` shows each with its last
 /// error and attempts; once the outage is over, `redrive` brings every
 /// balance to its exact value and empties the DLQ.
@@ -82,7 +44,7 @@ async fn outage_then_list_then_redrive_makes_every_balance_exact() {
     let down_sum = send_transfers(&producer, "d", "acct-down", 300).await;
     let up_sum = send_transfers(&producer, "u", "acct-up", 50).await;
 
-    let first = work(&res, &["acct-down"]).await;
+    let first = work_ledger(&res, &["acct-down"], 4).await;
     assert_eq!(first.succeeded, 50, "{}", first.summary());
     assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 300);
 
@@ -146,7 +108,7 @@ async fn outage_then_list_then_redrive_makes_every_balance_exact() {
         "{stdout}"
     );
 
-    let second = work(&res, &[]).await;
+    let second = work_ledger(&res, &[], 4).await;
     assert_eq!(second.succeeded, 300, "{}", second.summary());
     assert_eq!(
         number(&ddb, &res.table_name, "account#acct-down", "balance").await,
@@ -177,44 +139,18 @@ async fn redrive_killed_at_random_instants_loses_nothing() {
         );
     }
     let accounts: Vec<&str> = expected.keys().map(String::as_str).collect();
-    work(&res, &accounts).await;
+    work_ledger(&res, &accounts, 4).await;
     assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 500);
 
-    let mut kills = 0;
-    let started = Instant::now();
-    while dlq_total(&sqs, &res.dlq_url).await > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(240),
-            "redrive did not converge"
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idemq"))
-            .args([
-                "dlq",
-                "redrive",
-                "--dlq-url",
-                &res.dlq_url,
-                "--hold-secs",
-                "2",
-                "--rate",
-                "400",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let after = Duration::from_millis(50 + u64::from(rand::random::<u16>() % 1200));
-        tokio::time::sleep(after).await;
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-            kills += 1;
-        }
-        child.wait().unwrap();
-        // Held messages come back after their 2 s hold.
-        tokio::time::sleep(Duration::from_millis(2100)).await;
-    }
-    assert!(kills >= 1, "the redrive was never killed mid-way");
+    let kills = redrive_killed_at_random(
+        &sqs,
+        &res.dlq_url,
+        &["--rate", "400"],
+        Duration::from_millis(1200),
+    )
+    .await;
 
-    let totals = work(&res, &[]).await;
+    let totals = work_ledger(&res, &[], 4).await;
     assert_eq!(
         totals.succeeded,
         500,
@@ -399,7 +335,7 @@ async fn native_redrive_moves_everything_back() {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     send_transfers(&producer, "n", "acct-down", 40).await;
-    work(&res, &["acct-down"]).await;
+    work_ledger(&res, &["acct-down"], 4).await;
     assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 40);
 
     let out = idemq(&["dlq", "redrive", "--native", "--dlq-url", &res.dlq_url]);
@@ -414,7 +350,7 @@ async fn native_redrive_moves_everything_back() {
         "{stdout}"
     );
     assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 0);
-    let totals = work(&res, &[]).await;
+    let totals = work_ledger(&res, &[], 4).await;
     assert_eq!(totals.succeeded, 40, "{}", totals.summary());
 }
 
@@ -427,7 +363,7 @@ async fn export_delete_then_import_round_trips() {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let producer = Producer::new(&sdk, &res.queue_url).await.unwrap();
     send_transfers(&producer, "e", "acct-down", 25).await;
-    work(&res, &["acct-down"]).await;
+    work_ledger(&res, &["acct-down"], 4).await;
     assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 25);
 
     let file = std::env::temp_dir().join(format!("{}.jsonl", unique("export")));
@@ -458,6 +394,6 @@ async fn export_delete_then_import_round_trips() {
 
     let out = idemq(&["dlq", "import", path, "--to", &res.queue_url]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("imported 25, failed 0"));
-    let totals = work(&res, &[]).await;
+    let totals = work_ledger(&res, &[], 4).await;
     assert_eq!(totals.succeeded, 25, "{}", totals.summary());
 }

@@ -3,10 +3,6 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../examples/ledger.rs"]
-mod ledger;
-
 use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 
@@ -175,7 +171,7 @@ async fn idemq_send_with_a_duplicated_line_gives_one_effect() {
     assert!(stdout.contains("sent 3, failed 1"), "{stdout}");
     assert!(stderr.contains("failed: line 4: not JSON"), "{stderr}");
 
-    let ledger = ledger::Ledger {
+    let ledger = common::ledger::Ledger {
         table: res.table_name.clone(),
         fail_accounts: HashSet::new(),
     };

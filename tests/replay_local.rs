@@ -15,50 +15,10 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../examples/ledger.rs"]
-mod ledger;
-
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{init_queue, number, sdk};
-use idemq::backoff::Backoff;
-use idemq::batch::BatchConfig;
-use idemq::dlq::peek::Peek;
-use idemq::init::InitReport;
-use idemq::worker::{WorkerArgs, run_with};
-
-async fn work(res: &InitReport, down: &[&str]) -> idemq::metrics::BatchMetrics {
-    let ledger = ledger::Ledger {
-        table: res.table_name.clone(),
-        fail_accounts: down.iter().map(|a| a.to_string()).collect(),
-    };
-    let args = WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(8),
-        exit_when_idle: Some(4),
-        emf: false,
-    };
-    let batch = BatchConfig {
-        backoff: Backoff::new()
-            .with_base(Duration::from_secs(1))
-            .with_cap(Duration::from_secs(1)),
-        ..BatchConfig::default()
-    };
-    run_with(ledger, args, batch).await.expect("worker")
-}
-
-async fn dlq_total(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> u64 {
-    Peek::new(sqs.clone(), dlq_url, Duration::from_secs(1))
-        .depth()
-        .await
-        .unwrap()
-        .total()
-}
+use common::{dlq_total, init_queue, number, redrive_killed_at_random, sdk, work_ledger};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_id_jobs_replayed_by_a_killed_redrive_apply_exactly_once() {
@@ -104,48 +64,20 @@ async fn message_id_jobs_replayed_by_a_killed_redrive_apply_exactly_once() {
     assert_eq!(n, 340);
 
     // The outage: three accounts fail until SQS moves their jobs to the DLQ.
-    let first = work(&res, &["down-0", "down-1", "down-2"]).await;
+    let first = work_ledger(&res, &["down-0", "down-1", "down-2"], 4).await;
     assert_eq!(first.succeeded, 40, "{}", first.summary());
     assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 300);
 
     // The operator replays, and is killed at random instants.
-    let mut kills = 0;
-    let started = Instant::now();
-    while dlq_total(&sqs, &res.dlq_url).await > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(240),
-            "redrive did not converge"
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idemq"))
-            .args([
-                "dlq",
-                "redrive",
-                "--dlq-url",
-                &res.dlq_url,
-                "--table",
-                &res.table_name,
-                "--hold-secs",
-                "2",
-                "--rate",
-                "300",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let after = Duration::from_millis(50 + u64::from(rand::random::<u16>() % 900));
-        tokio::time::sleep(after).await;
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-            kills += 1;
-        }
-        child.wait().unwrap();
-        // What a killed run held comes back after its 2 s hold.
-        tokio::time::sleep(Duration::from_millis(2100)).await;
-    }
-    assert!(kills >= 1, "the redrive was never killed mid-way");
+    let kills = redrive_killed_at_random(
+        &sqs,
+        &res.dlq_url,
+        &["--table", &res.table_name, "--rate", "300"],
+        Duration::from_millis(900),
+    )
+    .await;
 
-    let second = work(&res, &[]).await;
+    let second = work_ledger(&res, &[], 4).await;
     assert_eq!(
         second.succeeded,
         300,

@@ -3,32 +3,18 @@
 
 mod common;
 
-#[allow(dead_code)]
-#[path = "../examples/ledger.rs"]
-mod ledger;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use aws_sdk_sqs::types::{
-    MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
-};
-use common::{attribute, drain, init_queue, number, sdk};
+use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use common::{attribute, drain, init_queue, number, sdk, string_attribute};
 use idemq::backoff::Backoff;
 use idemq::batch::BatchConfig;
 use idemq::dlq::DeadLetters;
 use idemq::worker::{WorkerArgs, run_with};
 use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
-
-fn attr(v: &str) -> MessageAttributeValue {
-    MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(v)
-        .build()
-        .unwrap()
-}
 
 /// Sends (job id, body) pairs, 10 per call.
 async fn send(sqs: &aws_sdk_sqs::Client, url: &str, jobs: &[(Option<String>, String)]) {
@@ -41,7 +27,7 @@ async fn send(sqs: &aws_sdk_sqs::Client, url: &str, jobs: &[(Option<String>, Str
                     .id(i.to_string())
                     .message_body(body);
                 if let Some(id) = id {
-                    e = e.message_attributes("idemq-job-id", attr(id));
+                    e = e.message_attributes("idemq-job-id", string_attribute(id));
                 }
                 e.build().unwrap()
             })
@@ -116,7 +102,7 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
     assert_eq!(jobs.len(), 610);
     send(&sqs, &res.queue_url, &jobs).await;
 
-    let ledger = ledger::Ledger {
+    let ledger = common::ledger::Ledger {
         table: res.table_name.clone(),
         fail_accounts: HashSet::from(["acct-9".to_string()]),
     };

@@ -139,3 +139,116 @@ pub fn idemq(args: &[&str]) -> std::process::Output {
         .output()
         .expect("run idemq")
 }
+
+/// The ledger example (`examples/ledger.rs`), the handler most local-stack
+/// tests run.
+#[allow(dead_code)]
+#[path = "../../examples/ledger.rs"]
+pub mod ledger;
+
+/// A backoff of `base` growing to `cap`, so a test's retries take seconds.
+pub fn quick_backoff(
+    base: std::time::Duration,
+    cap: std::time::Duration,
+) -> idemq::backoff::Backoff {
+    idemq::backoff::Backoff::new().with_base(base).with_cap(cap)
+}
+
+/// Runs `handler` as the local worker on `res`'s queue (batches of 10,
+/// `concurrency` at once) until the queue has been idle for `idle_secs`.
+pub async fn work_until_idle<H: idemq::handler::Handler>(
+    handler: H,
+    res: &idemq::init::InitReport,
+    concurrency: usize,
+    idle_secs: u64,
+    backoff: idemq::backoff::Backoff,
+) -> idemq::metrics::BatchMetrics {
+    let args = idemq::worker::WorkerArgs {
+        queue_url: res.queue_url.clone(),
+        table: Some(res.table_name.clone()),
+        batch_size: 10,
+        concurrency: Some(concurrency),
+        exit_when_idle: Some(idle_secs),
+        emf: false,
+    };
+    let batch = idemq::batch::BatchConfig {
+        backoff,
+        ..idemq::batch::BatchConfig::default()
+    };
+    idemq::worker::run_with(handler, args, batch)
+        .await
+        .expect("worker")
+}
+
+/// The ledger as the local worker until the queue is idle for `idle_secs`;
+/// accounts in `down` fail (transiently) with a downstream outage.
+pub async fn work_ledger(
+    res: &idemq::init::InitReport,
+    down: &[&str],
+    idle_secs: u64,
+) -> idemq::metrics::BatchMetrics {
+    let ledger = ledger::Ledger {
+        table: res.table_name.clone(),
+        fail_accounts: down.iter().map(|a| a.to_string()).collect(),
+    };
+    let second = std::time::Duration::from_secs(1);
+    work_until_idle(ledger, res, 8, idle_secs, quick_backoff(second, second)).await
+}
+
+/// Messages in a DLQ (visible, in flight and delayed), as SQS counts them.
+pub async fn dlq_total(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> u64 {
+    idemq::dlq::peek::Peek::new(sqs.clone(), dlq_url, std::time::Duration::from_secs(1))
+        .depth()
+        .await
+        .unwrap()
+        .total()
+}
+
+/// A `String` message attribute.
+pub fn string_attribute(v: &str) -> aws_sdk_sqs::types::MessageAttributeValue {
+    aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(v)
+        .build()
+        .unwrap()
+}
+
+/// Runs `idemq dlq redrive --dlq-url <dlq_url> --hold-secs 2 <extra…>`,
+/// SIGKILLs it at a random instant up to `kill_within` after its start, and
+/// reruns it until the DLQ is empty (at most 240 s). Returns how many runs
+/// were killed mid-way; asserts there was at least one.
+pub async fn redrive_killed_at_random(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    extra: &[&str],
+    kill_within: std::time::Duration,
+) -> u32 {
+    use std::time::Duration;
+    let mut kills = 0;
+    let started = std::time::Instant::now();
+    while dlq_total(sqs, dlq_url).await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "redrive did not converge"
+        );
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+            .args(["dlq", "redrive", "--dlq-url", dlq_url, "--hold-secs", "2"])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let span = kill_within.as_millis().max(1) as u64;
+        let after = Duration::from_millis(50 + rand::random::<u64>() % span);
+        tokio::time::sleep(after).await;
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            kills += 1;
+        }
+        child.wait().unwrap();
+        // What a killed run held comes back after its 2 s hold.
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+    }
+    assert!(kills >= 1, "the redrive was never killed mid-way");
+    kills
+}
