@@ -44,14 +44,10 @@ async fn work(res: &InitReport, down: &[&str]) -> idemq::metrics::BatchMetrics {
         table: res.table_name.clone(),
         fail_accounts: down.iter().map(|a| a.to_string()).collect(),
     };
-    let args = WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(8),
-        exit_when_idle: Some(4),
-        emf: false,
-    };
+    let mut args = WorkerArgs::new(res.queue_url.clone());
+    args.table = Some(res.table_name.clone());
+    args.concurrency = Some(8);
+    args.exit_when_idle = Some(4);
     let batch = BatchConfig {
         backoff: Backoff::new()
             .with_base(Duration::from_secs(1))
