@@ -184,14 +184,8 @@ async fn main() -> Result<(), Error> {
             ..BatchConfig::default()
         },
     );
-    let args = WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: None,
-        batch_size: 10,
-        concurrency: None,
-        exit_when_idle: Some(IDLE),
-        emf: false,
-    };
+    let mut args = WorkerArgs::new(res.queue_url.clone());
+    args.exit_when_idle = Some(IDLE);
     let start = Instant::now();
     let totals = serve(&host, &args).await?;
     // The worker only notices it is idle after IDLE seconds without a message.

@@ -292,6 +292,7 @@ impl<H: Handler> Processor<H> {
             .map(|(m, t)| (m.message_id.as_str(), m.receipt_handle.as_str(), *t))
             .collect();
         // The chaos suite dies here: failures known, visibility not yet set.
+        #[cfg(feature = "failpoints")]
         fail::fail_point!("batch::before-visibility", |_| -> BatchReport {
             std::process::abort()
         });
@@ -580,6 +581,7 @@ where
                     continue;
                 }
                 // The chaos suite dies here: in the middle of a batch.
+                #[cfg(feature = "failpoints")]
                 fail::fail_point!("batch::before-job", |_| -> Vec<(
                     usize,
                     Verdict,

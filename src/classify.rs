@@ -41,6 +41,7 @@ impl Failure {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FailureKind {
     Transient,
     Permanent,
@@ -67,6 +68,7 @@ impl FailureKind {
 
 /// What SQS does with the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Committed: acknowledge.
     Succeeded,
@@ -96,11 +98,11 @@ impl Verdict {
 /// The one decision: transient things are retried, permanent things are
 /// dead-lettered now, commits are acknowledged.
 pub fn classify(attempt: Attempt) -> Verdict {
-    let retry = |kind, err: &dyn Error, retry_after| Verdict::Retry {
+    let retry = |kind, err: &(dyn Error + 'static), retry_after| Verdict::Retry {
         failure: failure(kind, err),
         retry_after,
     };
-    let dead = |kind, err: &dyn Error| Verdict::DeadLetter {
+    let dead = |kind, err: &(dyn Error + 'static)| Verdict::DeadLetter {
         failure: failure(kind, err),
     };
     match attempt {
@@ -155,17 +157,27 @@ pub fn classify(attempt: Attempt) -> Verdict {
     }
 }
 
-fn failure(kind: FailureKind, err: &dyn Error) -> Failure {
+fn failure(kind: FailureKind, err: &(dyn Error + 'static)) -> Failure {
     let mut chain = Vec::new();
     let mut next = err.source();
     while let Some(e) = next {
-        chain.push(e.to_string());
+        chain.push(text(e));
         next = e.source();
     }
     Failure {
         kind,
-        error: err.to_string(),
+        error: text(err),
         chain,
+    }
+}
+
+/// An error's text as failure records keep it: a `serde_json::Error` (a
+/// handler's `?` on its own decoding) quotes the values it choked on, so it
+/// is kept as its [`DecodeDetail`] only.
+fn text(err: &(dyn Error + 'static)) -> String {
+    match err.downcast_ref::<serde_json::Error>() {
+        Some(json) => DecodeDetail::from(json).to_string(),
+        None => err.to_string(),
     }
 }
 
@@ -327,6 +339,58 @@ mod tests {
             classify(Attempt::Handler(e)),
             Verdict::Retry { retry_after: Some(d), .. } if d == Duration::from_secs(42)
         ));
+    }
+
+    /// Issue 13: `?` in a handler makes any error a transient `JobError`
+    /// that keeps its cause chain, and a serde_json error's quoted values
+    /// stay out of the failure.
+    #[test]
+    fn question_mark_is_transient_and_keeps_the_chain() {
+        fn io_step() -> Result<(), JobError> {
+            Err(Outer(std::io::Error::other("connection reset")))?;
+            Ok(())
+        }
+        fn decode_step() -> Result<u32, JobError> {
+            Ok(serde_json::from_str::<u32>("\"card 4111-1111\"")?)
+        }
+        let e = io_step().unwrap_err();
+        assert!(!e.is_permanent());
+        assert_eq!(e.source_error().to_string(), "payment API unavailable");
+        match classify(Attempt::Handler(e)) {
+            Verdict::Retry {
+                failure,
+                retry_after: None,
+            } => {
+                assert_eq!(failure.kind, FailureKind::Transient);
+                assert_eq!(failure.full(), "payment API unavailable: connection reset");
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = decode_step().unwrap_err();
+        assert!(e.into_source().is::<serde_json::Error>());
+        match classify(Attempt::Handler(decode_step().unwrap_err())) {
+            Verdict::Retry { failure, .. } => {
+                assert!(
+                    failure.error.starts_with("data error at line 1"),
+                    "{failure:?}"
+                );
+                assert!(!failure.full().contains("4111"), "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Wrapped one level down, it is redacted all the same.
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading the rate table")]
+        struct Rates(#[source] serde_json::Error);
+        let inner = serde_json::from_str::<u32>("\"secret-rate\"").unwrap_err();
+        match classify(Attempt::Handler(JobError::permanent(Rates(inner)))) {
+            Verdict::DeadLetter { failure } => {
+                assert_eq!(failure.error, "reading the rate table");
+                assert_eq!(failure.chain.len(), 1);
+                assert!(!failure.full().contains("secret-rate"), "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::job::{JobId, PayloadHash};
 
 /// What happened to one job's commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommitOutcome {
     /// Marker and effect are applied.
     Committed,

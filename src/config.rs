@@ -19,6 +19,7 @@ pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// Attribute names of the idemq table. The table has one string partition
 /// key and DynamoDB TTL enabled on `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TableLayout {
     pub table_name: String,
     pub partition_key: String,
@@ -105,6 +106,7 @@ impl TableLayout {
 
 /// Behaviour settings of the dedup protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IdempotencyConfig {
     /// How long a marker is kept (DynamoDB TTL). Must outlive every copy of
     /// the job: see [`check_marker_ttl`].
@@ -223,12 +225,15 @@ pub fn check_marker_ttl(
 /// responses and invocation events, message bodies included. A plain level
 /// quieter than `default` (`IDEMQ_LOG=warn`) quiets everything.
 ///
-/// Any other directive is an `EnvFilter` directive, honoured as written, so a
-/// dependency or your handler's own crate is raised by naming it:
+/// Any other directive is a `target=level` directive, honoured as written,
+/// so a dependency or your handler's own crate is raised by naming it:
 /// `IDEMQ_LOG=trace,aws_smithy_runtime=trace` or `IDEMQ_LOG=debug,my_handler=debug`
 /// (a handler binary's events have its crate's name as target, not `idemq`).
-/// Naming a dependency can put payload bytes in the logs: do it only where
-/// that is acceptable.
+/// The longest matching target wins; a bare target (`my_handler`) means all
+/// its levels. Naming a dependency can put payload bytes in the logs: do it
+/// only where that is acceptable. The filter is a
+/// [`Targets`](tracing_subscriber::filter::Targets) (no regex engine), so
+/// `RUST_LOG`'s span filters (`target[span]=level`) are not supported.
 ///
 /// ```
 /// use tracing_subscriber::filter::LevelFilter;
@@ -238,8 +243,13 @@ pub fn check_marker_ttl(
 pub fn log_filter(
     value: Option<&str>,
     default: tracing_subscriber::filter::LevelFilter,
-) -> Result<tracing_subscriber::EnvFilter, ConfigError> {
-    use tracing_subscriber::filter::LevelFilter;
+) -> Result<tracing_subscriber::filter::Targets, ConfigError> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let invalid = |why: String| ConfigError::Invalid {
+        var: "IDEMQ_LOG",
+        value: value.unwrap_or_default().to_owned(),
+        why,
+    };
     let mut idemq: Option<LevelFilter> = None;
     let mut named = Vec::new();
     for directive in value.unwrap_or("").split(',').map(str::trim) {
@@ -256,13 +266,10 @@ pub fn log_filter(
         directives.push(format!("idemq={level}"));
     }
     directives.extend(named.iter().map(|d| d.to_string()));
-    tracing_subscriber::EnvFilter::builder()
-        .parse(directives.join(","))
-        .map_err(|e| ConfigError::Invalid {
-            var: "IDEMQ_LOG",
-            value: value.unwrap_or_default().to_owned(),
-            why: e.to_string(),
-        })
+    directives
+        .join(",")
+        .parse::<Targets>()
+        .map_err(|e| invalid(e.to_string()))
 }
 
 #[cfg(test)]
@@ -322,7 +329,7 @@ mod tests {
     }
 
     /// Which of these (target, level) events a filter lets through.
-    fn passes(filter: tracing_subscriber::EnvFilter) -> Vec<&'static str> {
+    fn passes(filter: tracing_subscriber::filter::Targets) -> Vec<&'static str> {
         use std::sync::{Arc, Mutex};
         use tracing_subscriber::layer::SubscriberExt;
 
@@ -415,6 +422,13 @@ mod tests {
             ]
         );
         assert!(log_filter(Some("idemq=verbose"), LevelFilter::INFO).is_err());
+        // The longest target wins, whatever the order.
+        let f = log_filter(
+            Some("aws_smithy_runtime::client=warn,aws_smithy_runtime=trace"),
+            LevelFilter::INFO,
+        )
+        .unwrap();
+        assert_eq!(passes(f), ["idemq::batch INFO", "lambda_runtime WARN"]);
     }
 
     #[test]

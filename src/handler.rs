@@ -18,20 +18,71 @@ use crate::job::JobId;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Retry intent as a type. `classify` turns it into what SQS does.
+///
+/// `?` turns any error (`E: std::error::Error + Send + Sync + 'static`: an
+/// SDK error, `std::io::Error`, `serde_json::Error`, your own) into a
+/// **transient** `JobError`, the safe default: the job is retried with
+/// backoff and, once SQS's redrive gives up, dead-lettered with its error
+/// chain. Trying again being useless is something only the handler knows,
+/// so a permanent failure is always explicit: [`JobError::permanent`].
+///
+/// The error keeps its cause as a boxed error, not as text, so the failure
+/// record lists the whole `source()` chain. `JobError` itself does not
+/// implement `std::error::Error` (the `anyhow::Error` pattern): that is what
+/// lets `From` cover every error type. Its cause is
+/// [`source_error`](JobError::source_error) /
+/// [`into_source`](JobError::into_source).
+///
+/// ```
+/// use idemq::handler::{Handler, JobError, JobMeta};
+/// use idemq::Effect;
+///
+/// struct Import;
+///
+/// impl Handler for Import {
+///     type Job = String;
+///
+///     async fn handle(&self, path: String, _meta: JobMeta) -> Result<Effect, JobError> {
+///         let text = std::fs::read_to_string(&path)?; // transient: retried
+///         let n: u64 = text.trim().parse().map_err(JobError::permanent)?; // DLQ now
+///         let _ = n;
+///         Ok(Effect::new())
+///     }
+/// }
+/// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum JobError {
     /// Try again later: with jittered exponential backoff, or after
     /// `retry_after` when the handler knows better (a `Retry-After` header).
+    #[non_exhaustive]
     Transient {
+        /// What went wrong, with its own `source()` chain.
         source: BoxError,
+        /// The handler's own delay before the next attempt.
         retry_after: Option<Duration>,
     },
     /// Trying again cannot help (bad input, a business rule): the job goes
     /// to the DLQ now, with its context.
-    Permanent { source: BoxError },
+    #[non_exhaustive]
+    Permanent {
+        /// What went wrong, with its own `source()` chain.
+        source: BoxError,
+    },
+}
+
+/// `?` on any error: a transient failure, retried with backoff.
+impl<E> From<E> for JobError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(error: E) -> Self {
+        Self::transient(error)
+    }
 }
 
 impl JobError {
+    /// Try again later, with jittered exponential backoff.
     pub fn transient(source: impl Into<BoxError>) -> Self {
         Self::Transient {
             source: source.into(),
@@ -39,6 +90,8 @@ impl JobError {
         }
     }
 
+    /// Try again after `after` (clamped to what SQS allows), instead of the
+    /// backoff.
     pub fn retry_after(source: impl Into<BoxError>, after: Duration) -> Self {
         Self::Transient {
             source: source.into(),
@@ -46,15 +99,29 @@ impl JobError {
         }
     }
 
+    /// Trying again cannot help: dead-letter the job now.
     pub fn permanent(source: impl Into<BoxError>) -> Self {
         Self::Permanent {
             source: source.into(),
         }
     }
 
+    /// Whether the job is dead-lettered at once rather than retried.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Permanent { .. })
+    }
+
+    /// The error the handler reported (its `source()` chain included).
     pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         match self {
             Self::Transient { source, .. } | Self::Permanent { source } => source.as_ref(),
+        }
+    }
+
+    /// The error the handler reported, owned.
+    pub fn into_source(self) -> BoxError {
+        match self {
+            Self::Transient { source, .. } | Self::Permanent { source } => source,
         }
     }
 }
@@ -70,6 +137,7 @@ impl std::fmt::Display for JobError {
 
 /// What a handler knows about the job besides its payload.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct JobMeta {
     pub job_id: JobId,
     /// 1 on the first delivery (`ApproximateReceiveCount`).

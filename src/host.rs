@@ -69,11 +69,22 @@ impl<H: Handler> Host<H> {
         table: Option<String>,
         batch: BatchConfig,
     ) -> Result<Self, HostError> {
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::from_sdk_config(handler, &sdk, table, batch)
+    }
+
+    /// Clients from `sdk_config`, settings from `IDEMQ_*`; `table`
+    /// overrides `IDEMQ_TABLE`.
+    pub fn from_sdk_config(
+        handler: H,
+        sdk_config: &aws_config::SdkConfig,
+        table: Option<String>,
+        batch: BatchConfig,
+    ) -> Result<Self, HostError> {
         let behaviour = IdempotencyConfig::from_env()?;
         let layout = TableLayout::from_env_with_table(table)?;
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(sdk_config);
+        let ddb = aws_sdk_dynamodb::Client::new(sdk_config);
         Ok(Self::from_clients(
             handler, sqs, ddb, layout, behaviour, batch,
         ))

@@ -4,9 +4,17 @@
 //!
 //! Clients are built once per execution environment and borrowed by every
 //! invocation; a queue's DLQ and maxReceiveCount are read on its first batch.
+//!
+//! [`BatchService`] is that batch handler as a `tower::Service`, for a team
+//! that owns its `main`: it runs under `lambda_runtime::run`, behind any
+//! layers of your own. It installs no subscriber and no panic hook.
+//! [`idemq::run`](crate::run) is the same service with idemq's defaults.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 // Instants and sleeps come from tokio's clock, the one clock a test (or a
@@ -16,7 +24,8 @@ use tokio::time::Instant;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
-use lambda_runtime::{LambdaEvent, service_fn};
+use lambda_runtime::LambdaEvent;
+use lambda_runtime::tower::Service;
 use tokio::sync::Mutex;
 
 use crate::batch::{BatchConfig, Message};
@@ -27,15 +36,101 @@ use crate::queue::{QueueInfo, url_of_arn};
 /// Lambda's longest `MaximumBatchingWindowInSeconds` for SQS.
 const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
 
-/// Runs `handler` under the Lambda runtime until the environment ends.
+/// Runs `handler` under the Lambda runtime until the environment ends, with
+/// the SDK configuration from the environment. Installs nothing: see
+/// [`crate::run`] for the logging defaults.
 pub async fn run<H: Handler>(handler: H) -> Result<(), HostError> {
-    let host = Arc::new(Host::build(handler, None, BatchConfig::from_env()?).await?);
-    let queues: Arc<Mutex<HashMap<String, Arc<QueueInfo>>>> = Arc::default();
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
-        let (host, queues) = (Arc::clone(&host), Arc::clone(&queues));
-        async move { handle(&host, &queues, event).await }
-    }))
-    .await
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    lambda_runtime::run(BatchService::new(handler, &sdk).await?).await
+}
+
+/// The SQS batch handler of a Lambda function as a
+/// `tower::Service<LambdaEvent<SqsEvent>>` answering the partial batch
+/// response (`batchItemFailures`), for `lambda_runtime::run` in a `main` of
+/// your own, behind your own layers:
+///
+/// ```no_run
+/// use idemq::handler::{handler_fn, JobMeta};
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), lambda_runtime::Error> {
+///     // Your subscriber and panic hook: idemq leaves both alone here.
+///     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+///     let handler = handler_fn(|_job: serde_json::Value, _meta: JobMeta| async {
+///         Ok(idemq::Effect::new())
+///     });
+///     let service = idemq::lambda::BatchService::new(handler, &sdk).await?;
+///     // Add layers with tower's ServiceBuilder here if you like.
+///     lambda_runtime::run(service).await
+/// }
+/// ```
+///
+/// The event source mapping must use `FunctionResponseTypes:
+/// [ReportBatchItemFailures]`. An `Err` from the service (a record without
+/// a message id, a queue that cannot be described) fails the whole
+/// invocation, and Lambda retries the whole batch; the dedup markers make
+/// that safe. Cloning is cheap: clones share the clients and the queue cache.
+pub struct BatchService<H> {
+    inner: Arc<Inner<H>>,
+}
+
+struct Inner<H> {
+    host: Host<H>,
+    /// Queue facts (DLQ, maxReceiveCount, retention) by source ARN, read on
+    /// a queue's first batch.
+    queues: Mutex<HashMap<String, Arc<QueueInfo>>>,
+}
+
+impl<H> Clone for BatchService<H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<H> std::fmt::Debug for BatchService<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchService").finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> BatchService<H> {
+    /// Builds the SQS and DynamoDB clients from `sdk_config` and reads
+    /// idemq's settings from the environment (`IDEMQ_TABLE` and the other
+    /// `IDEMQ_*` variables, as [`crate::run`] does).
+    pub async fn new(handler: H, sdk_config: &aws_config::SdkConfig) -> Result<Self, HostError> {
+        let host = Host::from_sdk_config(handler, sdk_config, None, BatchConfig::from_env()?)?;
+        Ok(Self::from_host(host))
+    }
+
+    /// A service over a host built elsewhere ([`Host::from_clients`]: your
+    /// own clients and settings, no environment read).
+    pub fn from_host(host: Host<H>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                host,
+                queues: Mutex::default(),
+            }),
+        }
+    }
+}
+
+impl<H: Handler> Service<LambdaEvent<SqsEvent>> for BatchService<H> {
+    type Response = SqsBatchResponse;
+    type Error = HostError;
+    type Future = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, HostError>> + Send>>;
+
+    /// Always ready: jobs of one batch are bounded by `IDEMQ_CONCURRENCY`,
+    /// and Lambda sends one batch at a time.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), HostError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> Self::Future {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { handle(&inner.host, &inner.queues, event).await })
+    }
 }
 
 async fn handle<H: Handler>(

@@ -12,7 +12,17 @@
 //! - [`effect`]: the typed builder for a job's writes and its limits;
 //! - [`commit`]: the dedup transaction and its outcomes;
 //! - [`config`]: `IDEMQ_*` settings and the table layout;
-//! - [`init`]: creating or verifying the queue, DLQ and table.
+//! - [`init`]: creating or verifying the queue, DLQ and table;
+//! - `lambda` (feature `lambda`): the Lambda host, and
+//!   `lambda::BatchService`, the SQS batch handler as a tower service for a
+//!   `main` of your own;
+//! - `worker` (feature `worker`): the local worker host.
+//!
+//! Features: `lambda`, `worker` and `cli` (the `idemq` operator binary) are
+//! on by default. A function that only runs on Lambda depends on
+//! `idemq = { version = "0.1", default-features = false, features = ["lambda"] }`
+//! and compiles no command-line or progress-bar crates and no regex engine.
+//! `failpoints` compiles in the chaos suite's failpoints.
 
 pub mod backoff;
 pub mod batch;
@@ -25,10 +35,12 @@ pub mod handler;
 pub mod host;
 pub mod init;
 pub mod job;
+#[cfg(feature = "lambda")]
 pub mod lambda;
 pub mod metrics;
 pub mod producer;
 pub mod queue;
+#[cfg(feature = "worker")]
 pub mod worker;
 
 pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
@@ -45,9 +57,16 @@ pub use producer::Producer;
 pub struct ReadmeDoctests;
 
 /// Runs `handler` on AWS Lambda when `AWS_LAMBDA_RUNTIME_API` is set, and
-/// otherwise as a local worker that long-polls `--queue-url`.
+/// otherwise as a local worker that long-polls `--queue-url`. (A binary
+/// built without the `worker` feature only runs on Lambda; one built
+/// without `lambda` only as a worker.) On Lambda this is
+/// `lambda_runtime::run(lambda::BatchService::new(handler, &sdk_config))`
+/// with the SDK configuration from the environment: to add tower layers of
+/// your own, write that line yourself (see `lambda::BatchService`).
 ///
-/// Logs go to stdout as JSON on Lambda and as text on stderr locally, at
+/// Unless the program installed a global `tracing` subscriber of its own
+/// before calling `run` (then idemq installs nothing and logs through it),
+/// logs go to stdout as JSON on Lambda and as text on stderr locally, at
 /// `info` unless `IDEMQ_LOG` says otherwise. A plain level there
 /// (`IDEMQ_LOG=debug`) raises idemq's own logs only: the AWS SDK and
 /// `lambda_runtime` stay at `info`, since their trace logs print whole
@@ -56,9 +75,18 @@ pub struct ReadmeDoctests;
 /// [`config::log_filter`]. An invalid `IDEMQ_LOG` is reported in the log and
 /// the default used.
 ///
+/// Panics: when idemq installs the subscriber, it also sets the panic hook,
+/// so that a panic is one log event (JSON on Lambda) rather than raw text
+/// beside the logs. When the program installed its own subscriber, the
+/// panic hook is left as the program set it (or as Rust's default): idemq
+/// never replaces a hook next to a logging setup it does not own. Either
+/// way a handler's panic fails that job only, and the job's failure record
+/// carries the panic message.
+///
 /// Handler error and panic texts are logged and stored as they are (failure
 /// records, the `idemq-error` DLQ attribute): they must not carry payload
-/// data.
+/// data (a `serde_json::Error` in the chain is stored without the values it
+/// quotes).
 ///
 /// ```no_run
 /// use idemq::handler::{handler_fn, JobMeta};
@@ -71,42 +99,75 @@ pub struct ReadmeDoctests;
 ///     .await
 /// }
 /// ```
+#[cfg(any(feature = "lambda", feature = "worker"))]
 pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
     // Chaos builds only: failpoints from the FAILPOINTS variable.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    init_logging(on_lambda);
+    if on_lambda {
+        run_lambda(handler).await
+    } else {
+        run_worker(handler).await
+    }
+}
+
+#[cfg(feature = "lambda")]
+async fn run_lambda<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
+    lambda::run(handler).await
+}
+
+#[cfg(all(feature = "worker", not(feature = "lambda")))]
+async fn run_lambda<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
+    Err(
+        "AWS_LAMBDA_RUNTIME_API is set, but this binary was built without idemq's `lambda` feature"
+            .into(),
+    )
+}
+
+#[cfg(feature = "worker")]
+async fn run_worker<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
+    worker::run_from_args(handler).await
+}
+
+#[cfg(all(feature = "lambda", not(feature = "worker")))]
+async fn run_worker<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
+    Err("AWS_LAMBDA_RUNTIME_API is not set (not on Lambda), and this binary was built without idemq's `worker` feature (the local worker)".into())
+}
+
+/// idemq's subscriber and panic hook, only when the program set no
+/// subscriber of its own (see [`run`]).
+#[cfg(any(feature = "lambda", feature = "worker"))]
+fn init_logging(on_lambda: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    if tracing::dispatcher::has_been_set() {
+        return;
+    }
     let default = tracing_subscriber::filter::LevelFilter::INFO;
     let requested = std::env::var("IDEMQ_LOG").ok();
     let (filter, invalid) = match config::log_filter(requested.as_deref(), default) {
         Ok(filter) => (filter, None),
         Err(e) => (
-            tracing_subscriber::EnvFilter::new(default.to_string()),
+            tracing_subscriber::filter::Targets::new().with_default(default),
             Some(e),
         ),
     };
-    if on_lambda {
+    let registry = tracing_subscriber::registry().with(filter);
+    // An error can also mean that the `log` crate's logger was taken: the
+    // subscriber is idemq's all the same.
+    let _ = if on_lambda {
         // JSON logs, so CloudWatch Logs Insights can query job ids.
-        let _ = tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .without_time()
-            .try_init();
-        log_panics();
-        warn_invalid(invalid);
-        lambda::run(handler).await
+        registry
+            .with(tracing_subscriber::fmt::layer().json().without_time())
+            .try_init()
     } else {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-        log_panics();
-        warn_invalid(invalid);
-        worker::run_from_args(handler).await
-    }
-}
-
-fn warn_invalid(invalid: Option<config::ConfigError>) {
+        registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init()
+    };
+    log_panics();
     if let Some(e) = invalid {
         tracing::warn!("{e}; logging at info");
     }
@@ -114,6 +175,7 @@ fn warn_invalid(invalid: Option<config::ConfigError>) {
 
 /// A handler panic fails its job only (see [`batch`]); it is reported as a
 /// log event like any other failure, not as raw text beside JSON logs.
+#[cfg(any(feature = "lambda", feature = "worker"))]
 fn log_panics() {
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(panic = %info, "panicked");

@@ -241,6 +241,11 @@ pub async fn change_visibility_by(
         }
         0
     });
+    // Collected before the stream: a closure held across its awaits trips
+    // rustc's higher-ranked lifetime check ("implementation of `FnOnce` is
+    // not general enough") once a caller needs this future to be Send
+    // (lambda::BatchService).
+    let calls: Vec<_> = calls.collect();
     stream::iter(calls)
         .buffer_unordered(VISIBILITY_CALLS_AT_ONCE)
         .fold(0, |n, missed| async move { n + missed })

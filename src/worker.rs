@@ -26,6 +26,7 @@ use crate::metrics::BatchMetrics;
 /// Command-line options of a handler binary run as a local worker.
 #[derive(Debug, Clone, Parser)]
 #[command(about = "Run an idemq handler as a local worker that long-polls an SQS queue")]
+#[non_exhaustive]
 pub struct WorkerArgs {
     #[arg(long, env = "IDEMQ_QUEUE_URL")]
     pub queue_url: String,
@@ -44,6 +45,22 @@ pub struct WorkerArgs {
     /// Print CloudWatch EMF metric lines on stdout, as on Lambda.
     #[arg(long)]
     pub emf: bool,
+}
+
+impl WorkerArgs {
+    /// The flags' defaults for `queue_url`: the table from `IDEMQ_TABLE`,
+    /// 10 messages per receive, `IDEMQ_CONCURRENCY`, no idle exit, no EMF.
+    /// Set the public fields to change them.
+    pub fn new(queue_url: impl Into<String>) -> Self {
+        Self {
+            queue_url: queue_url.into(),
+            table: None,
+            batch_size: 10,
+            concurrency: None,
+            exit_when_idle: None,
+            emf: false,
+        }
+    }
 }
 
 /// Parses the process arguments and runs the worker.
@@ -133,6 +150,7 @@ pub async fn serve<H: Handler>(
         let deadline = received_at + queue.visibility_timeout;
         let report = host.processor.process(&queue, &messages, deadline).await;
         // The chaos suite dies here: committed, not yet acknowledged.
+        #[cfg(feature = "failpoints")]
         fail::fail_point!("worker::before-delete", |_| -> Result<
             BatchMetrics,
             HostError,

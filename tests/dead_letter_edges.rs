@@ -45,14 +45,10 @@ async fn die_permanently(res: &InitReport, error: &'static str, calls: &Calls) {
             .or_default() += 1;
         async move { Err::<Effect, _>(JobError::permanent(error)) }
     });
-    let args = WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(4),
-        exit_when_idle: Some(3),
-        emf: false,
-    };
+    let mut args = WorkerArgs::new(res.queue_url.clone());
+    args.table = Some(res.table_name.clone());
+    args.concurrency = Some(4);
+    args.exit_when_idle = Some(3);
     let batch = BatchConfig {
         backoff: Backoff::new()
             .with_base(Duration::from_millis(500))

@@ -175,14 +175,10 @@ async fn idemq_send_with_a_duplicated_line_gives_one_effect() {
         table: res.table_name.clone(),
         fail_accounts: HashSet::new(),
     };
-    let args = idemq::worker::WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(1),
-        exit_when_idle: Some(3),
-        emf: false,
-    };
+    let mut args = idemq::worker::WorkerArgs::new(res.queue_url.clone());
+    args.table = Some(res.table_name.clone());
+    args.concurrency = Some(1);
+    args.exit_when_idle = Some(3);
     let totals = idemq::worker::run_with(ledger, args, idemq::batch::BatchConfig::default())
         .await
         .unwrap();

@@ -44,14 +44,11 @@ async fn send(sqs: &aws_sdk_sqs::Client, url: &str, jobs: &[(Option<String>, Str
 }
 
 fn worker_args(queue_url: &str, table: &str) -> WorkerArgs {
-    WorkerArgs {
-        queue_url: queue_url.to_owned(),
-        table: Some(table.to_owned()),
-        batch_size: 10,
-        concurrency: Some(8),
-        exit_when_idle: Some(6),
-        emf: false,
-    }
+    let mut args = WorkerArgs::new(queue_url.to_owned());
+    args.table = Some(table.to_owned());
+    args.concurrency = Some(8);
+    args.exit_when_idle = Some(6);
+    args
 }
 
 /// 500 transfers, 20% sent twice, one account in outage, 10 malformed jobs:

@@ -163,14 +163,11 @@ pub async fn work_until_idle<H: idemq::handler::Handler>(
     idle_secs: u64,
     backoff: idemq::backoff::Backoff,
 ) -> idemq::metrics::BatchMetrics {
-    let args = idemq::worker::WorkerArgs {
-        queue_url: res.queue_url.clone(),
-        table: Some(res.table_name.clone()),
-        batch_size: 10,
-        concurrency: Some(concurrency),
-        exit_when_idle: Some(idle_secs),
-        emf: false,
-    };
+    let mut args = idemq::worker::WorkerArgs::new(res.queue_url.clone());
+    args.table = Some(res.table_name.clone());
+    args.batch_size = 10;
+    args.concurrency = Some(concurrency);
+    args.exit_when_idle = Some(idle_secs);
     let batch = idemq::batch::BatchConfig {
         backoff,
         ..idemq::batch::BatchConfig::default()

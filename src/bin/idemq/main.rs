@@ -78,10 +78,14 @@ async fn main() -> ExitCode {
         Ok(filter) => filter,
         Err(e) => return usage_error(&e.to_string()),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init();
+    }
     let cli = Cli::parse();
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     if let Err(msg) = check_credentials(&sdk).await {
