@@ -405,12 +405,14 @@ class CallGraph:
     def __init__(self, crate: Crate, sdk_ops: dict[str, str]):
         self.crate = crate
         self.sdk_ops = sdk_ops
-        self.free: dict[tuple[str, str], Fn] = {}
+        # Every definition of a free fn: a `#[cfg(feature = ...)]` pair of
+        # variants shares one name, and a build may compile either.
+        self.free: dict[tuple[str, str], list[Fn]] = {}
         self.methods: dict[str, list[Fn]] = {}
         self.by_owner: dict[tuple[str, str], list[Fn]] = {}
         for f in crate.fns:
             if f.owner is None:
-                self.free[(f.module, f.name)] = f
+                self.free.setdefault((f.module, f.name), []).append(f)
             else:
                 self.methods.setdefault(f.name, []).append(f)
                 self.by_owner.setdefault((f.owner, f.name), []).append(f)
@@ -448,7 +450,7 @@ class CallGraph:
             return self.by_owner.get((prefix[-1], name), [])
         if not prefix:
             if (module, name) in self.free:
-                return [self.free[(module, name)]]
+                return self.free[(module, name)]
             target = self.crate.imports.get(module, {}).get(name)
             if target is not None and target != name and depth < 8:
                 return self._resolve_path(target, module, depth + 1)
@@ -457,7 +459,7 @@ class CallGraph:
         if mod is None:
             return []
         if (mod, name) in self.free:
-            return [self.free[(mod, name)]]
+            return self.free[(mod, name)]
         # A re-export, e.g. `pub use record::DeadLetters` in dlq/mod.rs.
         target = self.crate.imports.get(mod, {}).get(name)
         if target is not None and depth < 8:
@@ -508,12 +510,23 @@ class CallGraph:
                 out.append(op)
         return out
 
+    def runtime_callees(self, f: Fn) -> list[Fn]:
+        """What a runtime calls once our code hands it a value: a type's
+        `tower::Service::call` (and `poll_ready`) is reached when the type is
+        built (`new`, `from_*`), since `lambda_runtime::run(service)` calls
+        them, not idemq's code. Only constructors count: a method call such
+        as `.clone()` is matched by name and may be another type's."""
+        if f.owner is None or not (f.name == "new" or f.name.startswith("from_")):
+            return []
+        return [g for name in ("call", "poll_ready") for g in self.by_owner.get((f.owner, name), [])]
+
     def reach(self, entry_module: str, entry_fn: str = "main", skip: tuple[str, ...] = ()) -> Reach:
         """What `entry_module::entry_fn` can reach, not going through the
         functions labelled in `skip`."""
-        start = self.free.get((entry_module, entry_fn))
-        if start is None:
+        starts = self.free.get((entry_module, entry_fn))
+        if not starts:
             raise RuntimeError(f"no fn {entry_fn} in {entry_module}")
+        start = starts[0]
         missing = [s for s in skip if not any(f.label == s for f in self.crate.fns)]
         if missing:
             raise RuntimeError(f"no fn {missing} to leave out")
@@ -528,7 +541,7 @@ class CallGraph:
             trail = seen[id(f)]
             for op in self.sdk_calls_in(f):
                 ops.setdefault(op, trail)
-            for g in self.callees(f):
+            for g in self.callees(f) + self.runtime_callees(f):
                 if id(g) not in seen:
                     seen[id(g)] = [*trail, g.label]
                     queue.append(g)

@@ -70,7 +70,8 @@ def test_sam_function_package_builds_what_make_test_tests(repo):
     package = repo / "infra" / "sam" / "function"
     root = tomllib.loads((repo / "Cargo.toml").read_text())["dependencies"]
     mine = tomllib.loads((package / "Cargo.toml").read_text())["dependencies"]
-    assert mine.pop("idemq") == {"path": "../../.."}
+    # The deployed function is Lambda only: no worker, no CLI.
+    assert mine.pop("idemq") == {"path": "../../..", "default-features": False, "features": ["lambda"]}
     for name, spec in mine.items():
         assert spec == root.get(name), f"{name}: {spec} here, {root.get(name)} in the root Cargo.toml"
     # And it lists every crate examples/ledger.rs names, or `sam build` fails.
