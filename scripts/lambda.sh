@@ -176,7 +176,9 @@ cmd_up() {
       --env-file "$ENV_FILE" \
     >"$LOG" 2>&1 </dev/null &
   disown
-  for _ in $(seq 1 50); do [[ -s $PIDFILE ]] && break; sleep 0.1; done
+  # Up to 30 s: on a loaded 2-core machine even this fork and exec has been
+  # seen to take over 5 s.
+  for _ in $(seq 1 300); do live_pid >/dev/null && break; sleep 0.1; done
   pid=$(live_pid) || { tail -n 40 "$LOG" >&2; die "cargo lambda watch did not start (log: $LOG)"; }
 
   for _ in $(seq 1 120); do   # 30 s
