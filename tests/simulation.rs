@@ -103,7 +103,16 @@ fn replay() {
     let mut config = Config::of_seed(seed, hours());
     config.tracing = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
     let o = run(&config);
-    eprintln!("seed {seed}: {:?}", o.verdicts);
+    if let Ok(path) = std::env::var("SIM_DUMP") {
+        std::fs::write(path, o.history.join("\n")).expect("dump");
+    }
+    if let Ok(job) = std::env::var("SIM_JOB") {
+        let needle = format!("\\\"{job}\\\"");
+        for line in o.history.iter().filter(|l| l.contains(&needle) || l.contains(&format!("#{job}"))) {
+            eprintln!("{}", &line[..line.len().min(300)]);
+        }
+    }
+    eprintln!("seed {seed}: {:?}\n  {:?}, {} invocations, {} redrives", o.verdicts, o.counts, o.invocations, o.redrives);
     assert!(o.verdicts.violations.is_empty(), "{}", describe_failure(&o));
 }
 

@@ -61,8 +61,9 @@ pub struct Verdicts {
 }
 
 /// Replays the history in order and checks, at each step and at the end:
-/// - no message is deleted from the source queue (acknowledged) unless its
-///   job is applied or a copy of it is in the DLQ;
+/// - no copy of a job is deleted (acknowledged by Lambda, or moved out of
+///   the DLQ by a redrive) unless the job is applied or another copy of it
+///   lives on, on the queue or in the DLQ;
 /// - no job's effect is applied twice;
 /// - no job that must fail (`poison`, `garbage`) is applied;
 /// - at the end every job is applied, or in the DLQ with its context (an
@@ -117,18 +118,18 @@ pub fn check(
                 let done = applied.get(&k).copied().unwrap_or(0) > 0;
                 if queue == source {
                     *in_source.entry(k.clone()).or_default() -= 1;
-                    if !done && in_dlq.get(&k).copied().unwrap_or(0) <= 0 {
-                        v.violations.push(format!(
-                            "{k}: {message_id} acknowledged ({by}) with its job neither applied nor in the DLQ"
-                        ));
-                    }
                 } else if queue == dlq {
                     *in_dlq.entry(k.clone()).or_default() -= 1;
-                    if !done && in_source.get(&k).copied().unwrap_or(0) <= 0 {
-                        v.violations.push(format!(
-                            "{k}: dead letter {message_id} deleted ({by}) with no copy back on the queue"
-                        ));
-                    }
+                } else {
+                    continue;
+                }
+                // Deleting a copy is safe once the job is applied, or while
+                // another copy of it (on the queue or in the DLQ) lives on.
+                let others = in_source.get(&k).copied().unwrap_or(0) + in_dlq.get(&k).copied().unwrap_or(0);
+                if !done && others <= 0 {
+                    v.violations.push(format!(
+                        "{k}: {message_id} deleted from {queue} ({by}) with the job not applied and no other copy left"
+                    ));
                 }
             }
             Event::Written { key, item } => {

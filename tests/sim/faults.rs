@@ -147,8 +147,9 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// JSON with object keys sorted, and without `ClientRequestToken` (random
-/// per commit in idemq): the content a request's fate is keyed on.
+/// JSON with object keys and list members sorted, and without
+/// `ClientRequestToken` (random per commit in idemq): the content a
+/// request's fate is keyed on.
 pub fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(m) => {
@@ -164,9 +165,19 @@ pub fn canonical(v: &Value, out: &mut String) {
             out.push('}');
         }
         Value::Array(a) => {
+            // Sorted too: code under test may fill a list from a hash map.
+            let mut parts: Vec<String> = a
+                .iter()
+                .map(|x| {
+                    let mut s = String::new();
+                    canonical(x, &mut s);
+                    s
+                })
+                .collect();
+            parts.sort();
             out.push('[');
-            for x in a {
-                canonical(x, out);
+            for p in parts {
+                out.push_str(&p);
                 out.push(',');
             }
             out.push(']');
