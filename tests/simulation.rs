@@ -14,7 +14,7 @@ use std::time::Instant as WallInstant;
 use sim::run::{Config, Outcome, run};
 
 /// Seeds `make test` runs, split over [`SHARDS`] test threads.
-const DEFAULT_SEEDS: u64 = 500;
+const DEFAULT_SEEDS: u64 = 64;
 const SHARDS: u64 = 4;
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -112,7 +112,7 @@ fn replay() {
             eprintln!("{}", &line[..line.len().min(300)]);
         }
     }
-    eprintln!("seed {seed}: {:?}\n  {:?}, {} invocations, {} redrives", o.verdicts, o.counts, o.invocations, o.redrives);
+    eprintln!("seed {seed}: {:?}\n  {:?}, {} invocations, {} redrives ({} overran)", o.verdicts, o.counts, o.invocations, o.redrives, o.redrives_overran);
     assert!(o.verdicts.violations.is_empty(), "{}", describe_failure(&o));
 }
 

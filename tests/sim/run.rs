@@ -100,6 +100,8 @@ pub struct Outcome {
     pub counts: super::faults::Counts,
     pub invocations: u64,
     pub redrives: u64,
+    /// Redrives stopped after 30 simulated minutes, still moving letters.
+    pub redrives_overran: u64,
     /// A digest of the whole history: equal for equal runs.
     pub digest: u64,
     /// The history, one line per event.
@@ -202,7 +204,8 @@ async fn simulate(config: Config) -> Outcome {
     let envs = (0..config.mapping.concurrency)
         .map(|_| lambda::environment(&world, &processor, &queue, config.mapping, end, &invocations));
     let produce = produce(&world, &producer, schedule);
-    let operate = operate(&world, &sqs_client, &dead_letters, &config, end, &redrives, &mut rng);
+    let overran = Mutex::new(0u64);
+    let operate = operate(&world, &sqs_client, &dead_letters, &config, end, &redrives, &overran, &mut rng);
     tokio::join!(join_all(envs), produce, operate);
 
     let mut w = world.lock().expect("world");
@@ -230,6 +233,7 @@ async fn simulate(config: Config) -> Outcome {
         counts: w.faults.counts,
         invocations: *invocations.lock().expect("invocations"),
         redrives: *redrives.lock().expect("redrives"),
+        redrives_overran: *overran.lock().expect("overran"),
         digest: super::faults::hash(&[digest_input.as_bytes()]),
         history,
     }
@@ -339,6 +343,11 @@ async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send
     }
 }
 
+/// `SIM_REDRIVE_UNBOUNDED=1`: the operator runs redrive without `--max`.
+fn unbounded_redrive() -> bool {
+    std::env::var("SIM_REDRIVE_UNBOUNDED").is_ok_and(|v| v == "1")
+}
+
 /// The operator: `idemq dlq redrive`'s own code every few hours, sometimes
 /// killed part way (its future dropped).
 async fn operate(
@@ -348,6 +357,7 @@ async fn operate(
     config: &Config,
     end: Instant,
     redrives: &Mutex<u64>,
+    overran: &Mutex<u64>,
     rng: &mut StdRng,
 ) {
     let Some(every) = config.redrive_every else { return };
@@ -364,14 +374,27 @@ async fn operate(
             .then(|| Duration::from_millis(rng.random_range(0..20_000)));
         let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
         let work = async {
-            let redrive = Redrive::new(&peek, Some(dead_letters), RedriveOptions::default()).await?;
+            // `--max` the depth seen first, as a careful operator does:
+            // without it, a letter that dies again at once comes back
+            // while the redrive still runs, and is moved again and again
+            // (see docs/reliability.md, "The simulation").
+            let max = if unbounded_redrive() {
+                None
+            } else {
+                Some(peek.depth().await?.total() as usize)
+            };
+            let options = RedriveOptions { max, ..RedriveOptions::default() };
+            let redrive = Redrive::new(&peek, Some(dead_letters), options).await?;
             redrive.run(&|_, _| {}).await
         };
-        let result = match killed_after {
-            Some(after) => tokio::time::timeout(after, work).await.ok(),
-            None => Some(work.await),
-        };
+        // A kill, or an operator who gives up after half an hour.
+        let after = killed_after.unwrap_or(Duration::from_secs(1800));
+        let result = tokio::time::timeout(after, work).await.ok();
         let line = match result {
+            None if killed_after.is_none() => {
+                *overran.lock().expect("overran") += 1;
+                "operator: redrive still running after 30 min: stopped".to_owned()
+            }
             None => "operator: redrive killed".to_owned(),
             Some(Ok(r)) => format!(
                 "operator: redrive moved {}, failed {}, sent-not-deleted {}",
