@@ -80,17 +80,24 @@ pub fn event_record(m: &Msg, queue: &str) -> SqsMessage {
 }
 
 /// One execution environment: polls (as the mapping does for it) and
-/// invokes, until `end`.
+/// invokes until `end`; then, nothing new being sent, drains the queue
+/// until it is empty or `drain_until` (so that what the load left behind is
+/// seen through to its end: applied, dead-lettered, or expired).
 pub async fn environment<H: Handler>(
     world: &Arc<Mutex<World>>,
     processor: &Processor<H>,
     queue: &QueueInfo,
     mapping: Mapping,
-    end: Instant,
+    (end, drain_until): (Instant, Instant),
     invocations: &Mutex<u64>,
 ) {
     let name = queue.name.clone();
-    while Instant::now() < end {
+    loop {
+        let now = Instant::now();
+        let empty = world.lock().expect("world").sqs.queues[&name].messages.is_empty();
+        if now >= drain_until || (now >= end && empty) {
+            return;
+        }
         let changed = Arc::clone(&world.lock().expect("world").changed);
         let notified = changed.notified();
         let (batch, next) = {
@@ -113,7 +120,8 @@ pub async fn environment<H: Handler>(
         };
         if batch.is_empty() {
             // Long polling: back when a message is sent or becomes visible.
-            let until = next.unwrap_or(end).min(end).min(Instant::now() + Duration::from_secs(3600));
+            let stop = if Instant::now() < end { end } else { drain_until };
+            let until = next.unwrap_or(stop).min(stop).min(Instant::now() + Duration::from_secs(3600));
             let _ = tokio::time::timeout_at(until, notified).await;
             continue;
         }

@@ -154,6 +154,9 @@ async fn simulate(config: Config) -> Outcome {
     let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed);
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(config.hours * 3600.0);
+    // Long enough for any message left at `end` to be retried out, or to
+    // reach its retention and be deleted by SQS.
+    let drain_until = end + config.retention + 13 * HOUR;
 
     let mut faults = Faults::new(config.seed, config.rates);
     for _ in 0..config.bursts {
@@ -202,7 +205,7 @@ async fn simulate(config: Config) -> Outcome {
     let invocations = Mutex::new(0u64);
     let redrives = Mutex::new(0u64);
     let envs = (0..config.mapping.concurrency)
-        .map(|_| lambda::environment(&world, &processor, &queue, config.mapping, end, &invocations));
+        .map(|_| lambda::environment(&world, &processor, &queue, config.mapping, (end, drain_until), &invocations));
     let produce = produce(&world, &producer, schedule);
     let overran = Mutex::new(0u64);
     let operate = operate(&world, &sqs_client, &dead_letters, &config, end, &redrives, &overran, &mut rng);
