@@ -154,9 +154,16 @@ impl HttpConnector for Net {
 }
 
 /// SDK clients as production builds them (standard retries, the SDK's
-/// tokio sleep on the paused clock), over the simulated network. A retry
-/// partition per run keeps one run's token bucket from another's.
-pub fn clients(net: &Net, run: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::Client) {
+/// tokio sleep on the paused clock), over the simulated network. A fresh
+/// retry partition per run: the SDK keeps each partition's retry token
+/// bucket in a process-wide map, so a run that reused a name would start
+/// from the bucket another run left.
+pub fn clients(net: &Net, seed: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::Client) {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = format!(
+        "{seed}-{}",
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     use aws_sdk_sqs::config::{
         BehaviorVersion, Credentials, Region, StalledStreamProtectionConfig,
         retry::{RetryConfig, RetryPartition},

@@ -50,7 +50,7 @@ pub struct Config {
     pub poison: f64,
     pub garbage: f64,
     /// Share of jobs whose handler asks for a retry in 1 to 12 hours on
-    /// their first two attempts.
+    /// their first three attempts.
     pub later: f64,
     pub redrive_every: Option<Duration>,
     pub rates: Rates,
@@ -243,15 +243,15 @@ async fn simulate(config: Config) -> Outcome {
 }
 
 /// The simulated handler: poison jobs fail permanently; "later" jobs ask
-/// for a retry in hours on their first two attempts; the rest fail, panic or
+/// for a retry in 1 to 12 hours on their first three attempts; the rest fail, panic or
 /// hang as the seed says, else add 1 to their own counter (`count#<k>`),
 /// which is how the checker sees every application.
 async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result<Effect, JobError> {
     if job.kind == "poison" {
         return Err(JobError::permanent("sim: poison job"));
     }
-    if job.kind == "later" && meta.attempt <= 2 {
-        let after = HOUR * (job.n % 12 + 1) as u32;
+    if job.kind == "later" && meta.attempt <= 3 {
+        let after = HOUR * ((job.n + u64::from(meta.attempt)) % 12 + 1) as u32;
         return Err(JobError::retry_after("sim: rate limited", after));
     }
     let attempt = world
