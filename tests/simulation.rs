@@ -136,3 +136,73 @@ fn a_seed_replays_exactly() {
         assert!(a.counts.requests > 100, "seed {seed} did little: {:?}", a.counts);
     }
 }
+
+/// Runs `config` and fails with its replay line if the checker objects.
+fn must_pass(config: &Config) -> Outcome {
+    let o = run(config);
+    assert!(o.verdicts.violations.is_empty(), "{}", describe_failure(&o));
+    o
+}
+
+/// Edge 1 (retention): every third job asks to be retried in up to 12 h,
+/// three times, on a queue that keeps messages 1 day. SQS deletes a message
+/// when its retention runs out, in flight or not, and never dead-letters it
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html>):
+/// none may expire; those whose next attempt would come too late are in the
+/// DLQ with their context (the checker), and some are.
+#[test]
+fn edge_1_retries_never_outlive_retention() {
+    for seed in [101, 102, 103] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.retention = std::time::Duration::from_secs(24 * 3600);
+        c.later = 0.33;
+        c.max_receive_count = 8;
+        c.redrive_every = None;
+        let o = must_pass(&c);
+        assert_eq!(o.verdicts.expired, 0);
+        assert!(o.verdicts.dead_lettered > 0, "seed {seed}: nothing reached the DLQ: {:?}", o.verdicts);
+    }
+}
+
+/// Edge 2 (new MessageIds on redrive): every job is known by its MessageId
+/// only; hosts are killed and crash after committing, so committed jobs
+/// reach the DLQ through SQS's redrive (maxReceiveCount 2), and the
+/// operator's redrive (the real `Redrive`) sends them back, where SQS gives
+/// them new MessageIds
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
+/// None may be applied twice.
+#[test]
+fn edge_2_message_id_jobs_survive_redrive() {
+    let mut redriven = 0;
+    for seed in [201, 202, 203] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.message_id_jobs = 1.0;
+        c.max_receive_count = 2;
+        c.rates.kill = 0.15;
+        c.rates.crash = 0.15;
+        c.redrive_every = Some(std::time::Duration::from_secs(3 * 3600));
+        let o = must_pass(&c);
+        redriven += o.redrives;
+        assert!(o.verdicts.dead_lettered > 0 || o.redrives > 0, "seed {seed}: {:?}", o.verdicts);
+    }
+    assert!(redriven > 0, "no redrive ran");
+}
+
+/// Edge 3 (Lambda fails the whole batch past its timeout,
+/// <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>):
+/// slow answers (5-40 s) from SQS and DynamoDB on one request in five and
+/// handlers that hang; short function timeouts. The mapping records a
+/// violation for any invocation that outlives its timeout.
+#[test]
+fn edge_3_slow_services_never_make_the_function_overrun() {
+    for seed in [301, 302, 303] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.mapping.function_timeout = std::time::Duration::from_secs(10);
+        c.visibility = std::time::Duration::from_secs(60);
+        c.mapping.batch_size = 10;
+        c.rates.slow = 0.2;
+        c.rates.hang = 0.05;
+        let o = must_pass(&c);
+        assert!(o.counts.slow > 50, "seed {seed}: few slow answers: {:?}", o.counts);
+    }
+}
