@@ -18,11 +18,17 @@ const DEFAULT_SEEDS: u64 = 64;
 const SHARDS: u64 = 4;
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn hours() -> f64 {
-    std::env::var("SIM_HOURS").ok().and_then(|v| v.parse().ok()).unwrap_or(24.0)
+    std::env::var("SIM_HOURS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24.0)
 }
 
 fn describe_failure(o: &Outcome) -> String {
@@ -31,7 +37,13 @@ fn describe_failure(o: &Outcome) -> String {
     let mut s = format!(
         "seed {seed} failed ({} violations):\n  {}\n  replay: SIM_SEED={seed} SIM_HOURS={hours} SIM_TRACE=1 cargo test --test simulation -- replay --nocapture\n  config: {:?}",
         o.verdicts.violations.len(),
-        o.verdicts.violations.iter().take(10).cloned().collect::<Vec<_>>().join("\n  "),
+        o.verdicts
+            .violations
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n  "),
         o.config
     );
     s.push('\n');
@@ -103,16 +115,26 @@ fn replay() {
     let mut config = Config::of_seed(seed, hours());
     config.tracing = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
     let o = run(&config);
+    for line in &o.trace {
+        eprintln!("{line}");
+    }
     if let Ok(path) = std::env::var("SIM_DUMP") {
         std::fs::write(path, o.history.join("\n")).expect("dump");
     }
     if let Ok(job) = std::env::var("SIM_JOB") {
         let needle = format!("\\\"{job}\\\"");
-        for line in o.history.iter().filter(|l| l.contains(&needle) || l.contains(&format!("#{job}"))) {
+        for line in o
+            .history
+            .iter()
+            .filter(|l| l.contains(&needle) || l.contains(&format!("#{job}")))
+        {
             eprintln!("{}", &line[..line.len().min(300)]);
         }
     }
-    eprintln!("seed {seed}: {:?}\n  {:?}, {} invocations, {} redrives ({} overran)", o.verdicts, o.counts, o.invocations, o.redrives, o.redrives_overran);
+    eprintln!(
+        "seed {seed}: {:?}\n  {:?}, {} invocations, {} redrives ({} overran)",
+        o.verdicts, o.counts, o.invocations, o.redrives, o.redrives_overran
+    );
     assert!(o.verdicts.violations.is_empty(), "{}", describe_failure(&o));
 }
 
@@ -120,12 +142,28 @@ fn replay() {
 #[test]
 fn a_seed_replays_exactly() {
     for seed in [3, 11] {
-        let config = Config::of_seed(seed, 6.0);
+        let mut config = Config::of_seed(seed, 6.0);
+        config.tracing = true;
         let a = run(&config);
         let b = run(&config);
+        if a.trace != b.trace {
+            let i = a
+                .trace
+                .iter()
+                .zip(&b.trace)
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            let show = |h: &[String]| h[i.saturating_sub(6)..(i + 3).min(h.len())].join("\n");
+            eprintln!(
+                "traces differ at line {i}:\n{}\n---\n{}",
+                show(&a.trace),
+                show(&b.trace)
+            );
+        }
         if a.digest != b.digest {
             let at = a.history.iter().zip(&b.history).position(|(x, y)| x != y);
-            let show = |h: &[String], i: usize| h[i.saturating_sub(2)..(i + 2).min(h.len())].join("\n");
+            let show =
+                |h: &[String], i: usize| h[i.saturating_sub(2)..(i + 2).min(h.len())].join("\n");
             let i = at.unwrap_or(a.history.len().min(b.history.len()));
             panic!(
                 "seed {seed} ran two ways from event {i}:\n{}\n---\n{}",
@@ -133,7 +171,11 @@ fn a_seed_replays_exactly() {
                 show(&b.history, i)
             );
         }
-        assert!(a.counts.requests > 100, "seed {seed} did little: {:?}", a.counts);
+        assert!(
+            a.counts.requests > 100,
+            "seed {seed} did little: {:?}",
+            a.counts
+        );
     }
 }
 
@@ -160,7 +202,11 @@ fn edge_1_retries_never_outlive_retention() {
         c.redrive_every = None;
         let o = must_pass(&c);
         assert_eq!(o.verdicts.expired, 0);
-        assert!(o.verdicts.dead_lettered > 0, "seed {seed}: nothing reached the DLQ: {:?}", o.verdicts);
+        assert!(
+            o.verdicts.dead_lettered > 0,
+            "seed {seed}: nothing reached the DLQ: {:?}",
+            o.verdicts
+        );
     }
 }
 
@@ -183,7 +229,11 @@ fn edge_2_message_id_jobs_survive_redrive() {
         c.redrive_every = Some(std::time::Duration::from_secs(3 * 3600));
         let o = must_pass(&c);
         redriven += o.redrives;
-        assert!(o.verdicts.dead_lettered > 0 || o.redrives > 0, "seed {seed}: {:?}", o.verdicts);
+        assert!(
+            o.verdicts.dead_lettered > 0 || o.redrives > 0,
+            "seed {seed}: {:?}",
+            o.verdicts
+        );
     }
     assert!(redriven > 0, "no redrive ran");
 }
@@ -203,6 +253,10 @@ fn edge_3_slow_services_never_make_the_function_overrun() {
         c.rates.slow = 0.2;
         c.rates.hang = 0.05;
         let o = must_pass(&c);
-        assert!(o.counts.slow > 50, "seed {seed}: few slow answers: {:?}", o.counts);
+        assert!(
+            o.counts.slow > 50,
+            "seed {seed}: few slow answers: {:?}",
+            o.counts
+        );
     }
 }

@@ -11,13 +11,32 @@ use super::dynamodb::Item;
 
 #[derive(Debug, Clone)]
 pub enum Event {
-    Sent { queue: String, message_id: String, body: String },
-    Deleted { queue: String, message_id: String, body: String, by: String },
-    Expired { queue: String, body: String },
+    Sent {
+        queue: String,
+        message_id: String,
+        body: String,
+    },
+    Deleted {
+        queue: String,
+        message_id: String,
+        body: String,
+        by: String,
+    },
+    Expired {
+        queue: String,
+        body: String,
+    },
     /// SQS's redrive moved it from `from` to the DLQ.
-    Redriven { from: String, message_id: String, body: String },
+    Redriven {
+        from: String,
+        message_id: String,
+        body: String,
+    },
     /// An item was written (DynamoDB).
-    Written { key: String, item: Value },
+    Written {
+        key: String,
+        item: Value,
+    },
     /// Something the environment itself saw go wrong (Lambda).
     Violation(String),
 }
@@ -110,10 +129,16 @@ pub fn check(
                     *expired.entry(k).or_default() += 1;
                 } else if queue == dlq {
                     *in_dlq.entry(k.clone()).or_default() -= 1;
-                    v.violations.push(format!("{k}: a dead letter expired in the DLQ"));
+                    v.violations
+                        .push(format!("{k}: a dead letter expired in the DLQ"));
                 }
             }
-            Event::Deleted { queue, body, by, message_id } => {
+            Event::Deleted {
+                queue,
+                body,
+                by,
+                message_id,
+            } => {
                 let Some(k) = job_of(body) else { continue };
                 let done = applied.get(&k).copied().unwrap_or(0) > 0;
                 if queue == source {
@@ -125,7 +150,8 @@ pub fn check(
                 }
                 // Deleting a copy is safe once the job is applied, or while
                 // another copy of it (on the queue or in the DLQ) lives on.
-                let others = in_source.get(&k).copied().unwrap_or(0) + in_dlq.get(&k).copied().unwrap_or(0);
+                let others =
+                    in_source.get(&k).copied().unwrap_or(0) + in_dlq.get(&k).copied().unwrap_or(0);
                 if !done && others <= 0 {
                     v.violations.push(format!(
                         "{k}: {message_id} deleted from {queue} ({by}) with the job not applied and no other copy left"
@@ -134,7 +160,10 @@ pub fn check(
             }
             Event::Written { key, item } => {
                 if let Some(k) = key.strip_prefix("count#") {
-                    let n: u64 = item["n"]["N"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+                    let n: u64 = item["n"]["N"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
                     let before = applied.insert(k.to_owned(), n).unwrap_or(0);
                     if n >= 2 && before < 2 {
                         v.violations.push(format!("{k}: applied {n} times"));
@@ -165,7 +194,8 @@ pub fn check(
         if let Some(l) = letters.get(k) {
             v.dead_lettered += 1;
             if !l.iter().any(|c| *c) {
-                v.violations.push(format!("{k}: in the DLQ without its context"));
+                v.violations
+                    .push(format!("{k}: in the DLQ without its context"));
             }
             continue;
         }
@@ -178,7 +208,9 @@ pub fn check(
             let _ = write!(why, " (expired {x}x by retention)");
             v.expired += 1;
         }
-        v.violations.push(format!("{k}: lost: not applied, not in the DLQ, not on the queue{why}"));
+        v.violations.push(format!(
+            "{k}: lost: not applied, not in the DLQ, not on the queue{why}"
+        ));
     }
     v
 }

@@ -80,7 +80,11 @@ impl Ddb {
             .tables
             .get(crate::sim::dynamodb::table_name(table))
             .ok_or_else(|| err("ResourceNotFoundException", "Requested resource not found"))?;
-        match item.get(&t.key).and_then(|v| v.get("S")).and_then(Value::as_str) {
+        match item
+            .get(&t.key)
+            .and_then(|v| v.get("S"))
+            .and_then(Value::as_str)
+        {
             Some(k) => Ok(k.to_owned()),
             None => Err(validation(format!(
                 "One or more parameter values were invalid: Missing the key {} in the item",
@@ -89,7 +93,13 @@ impl Ddb {
         }
     }
 
-    pub fn apply(&mut self, op: &str, req: &Value, wall: SystemTime, history: &mut History) -> Reply {
+    pub fn apply(
+        &mut self,
+        op: &str,
+        req: &Value,
+        wall: SystemTime,
+        history: &mut History,
+    ) -> Reply {
         self.ttl_sweep(wall);
         match op {
             "TransactWriteItems" => self.transact(req, history),
@@ -99,10 +109,20 @@ impl Ddb {
                     Ok(k) => k,
                     Err(e) => return e,
                 };
-                let w = Op { table, key, body: req, kind: "Put" };
+                let w = Op {
+                    table,
+                    key,
+                    body: req,
+                    kind: "Put",
+                };
                 match self.check(&w) {
                     Ok(true) => {}
-                    Ok(false) => return err("ConditionalCheckFailedException", "The conditional request failed"),
+                    Ok(false) => {
+                        return err(
+                            "ConditionalCheckFailedException",
+                            "The conditional request failed",
+                        );
+                    }
                     Err(e) => return e,
                 }
                 if let Err(e) = self.write(&w, history) {
@@ -154,7 +174,8 @@ impl Ddb {
     /// (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>).
     fn transact(&mut self, req: &Value, history: &mut History) -> Reply {
         let now = Instant::now();
-        self.tokens.retain(|_, (_, at)| now.duration_since(*at) < TOKEN_WINDOW);
+        self.tokens
+            .retain(|_, (_, at)| now.duration_since(*at) < TOKEN_WINDOW);
         let token = req["ClientRequestToken"].as_str().map(str::to_owned);
         let canonical = req.to_string();
         if let Some(t) = &token
@@ -179,7 +200,11 @@ impl Ddb {
                 return validation("empty TransactWriteItem");
             };
             let table = body["TableName"].as_str().unwrap_or_default().to_owned();
-            let key_source = if kind == "Put" { &body["Item"] } else { &body["Key"] };
+            let key_source = if kind == "Put" {
+                &body["Item"]
+            } else {
+                &body["Key"]
+            };
             let key = match self.key_of(&table, key_source) {
                 Ok(k) => k,
                 Err(e) => return e,
@@ -189,7 +214,12 @@ impl Ddb {
                     "Transaction request cannot include multiple operations on one item",
                 );
             }
-            ops.push(Op { table, key, body, kind: kind.as_str() });
+            ops.push(Op {
+                table,
+                key,
+                body,
+                kind: kind.as_str(),
+            });
         }
         let mut reasons = Vec::new();
         let mut cancelled = false;
@@ -210,7 +240,10 @@ impl Ddb {
             }
         }
         if cancelled {
-            let codes: Vec<&str> = reasons.iter().map(|r| r["Code"].as_str().unwrap_or("None")).collect();
+            let codes: Vec<&str> = reasons
+                .iter()
+                .map(|r| r["Code"].as_str().unwrap_or("None"))
+                .collect();
             return Reply::Error {
                 status: 400,
                 kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
@@ -272,11 +305,15 @@ impl Ddb {
             "Delete" => Ok(Some(None)),
             "Put" => Ok(Some(o.body["Item"].as_object().cloned())),
             "Update" => {
-                let mut item = stored.unwrap_or_else(|| {
-                    o.body["Key"].as_object().cloned().unwrap_or_default()
-                });
+                let mut item = stored
+                    .unwrap_or_else(|| o.body["Key"].as_object().cloned().unwrap_or_default());
                 let expr = o.body["UpdateExpression"].as_str().unwrap_or_default();
-                update(&mut item, expr, &o.body["ExpressionAttributeNames"], &o.body["ExpressionAttributeValues"])?;
+                update(
+                    &mut item,
+                    expr,
+                    &o.body["ExpressionAttributeNames"],
+                    &o.body["ExpressionAttributeValues"],
+                )?;
                 Ok(Some(Some(item)))
             }
             other => Err(validation(format!("{other} is not modelled"))),
@@ -291,7 +328,11 @@ impl Ddb {
 
     fn store(&mut self, o: &Op<'_>, state: Option<Option<Item>>, history: &mut History) {
         let Some(state) = state else { return };
-        let items = &mut self.tables.get_mut(table_name(&o.table)).expect("table").items;
+        let items = &mut self
+            .tables
+            .get_mut(table_name(&o.table))
+            .expect("table")
+            .items;
         match state {
             Some(item) => {
                 // Keys in order: the item's wire form must not depend on a
@@ -322,9 +363,14 @@ impl Ddb {
             return;
         }
         self.last_ttl_sweep = Some(wall);
-        let now = wall.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let now = wall
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
         for t in self.tables.values_mut() {
-            let Some(attr) = t.ttl_attribute.clone() else { continue };
+            let Some(attr) = t.ttl_attribute.clone() else {
+                continue;
+            };
             t.items.retain(|key, item| {
                 let Some(at) = item
                     .get(&attr)
@@ -333,7 +379,9 @@ impl Ddb {
                 else {
                     return true;
                 };
-                let lag = key.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+                let lag = key
+                    .bytes()
+                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
                     % TTL_LAG.as_secs();
                 now < at + lag
             });
@@ -379,9 +427,9 @@ fn update(item: &mut Item, expr: &str, names: &Value, values: &Value) -> Result<
             };
             match verb {
                 "SET" => {
-                    let (n, v) = action
-                        .split_once('=')
-                        .ok_or_else(|| validation(format!("SET action {action:?} is not modelled")))?;
+                    let (n, v) = action.split_once('=').ok_or_else(|| {
+                        validation(format!("SET action {action:?} is not modelled"))
+                    })?;
                     let v = v.trim();
                     if !v.starts_with(':') {
                         return Err(validation(format!("SET value {v:?} is not modelled")));
@@ -389,9 +437,9 @@ fn update(item: &mut Item, expr: &str, names: &Value, values: &Value) -> Result<
                     item.insert(resolve(n.trim(), names)?, value(v)?);
                 }
                 "ADD" => {
-                    let (n, v) = action
-                        .split_once(' ')
-                        .ok_or_else(|| validation(format!("ADD action {action:?} is not modelled")))?;
+                    let (n, v) = action.split_once(' ').ok_or_else(|| {
+                        validation(format!("ADD action {action:?} is not modelled"))
+                    })?;
                     let add = value(v)?;
                     let Some(add) = add["N"].as_str().and_then(|s| s.parse::<i64>().ok()) else {
                         return Err(validation("ADD of a non-number is not modelled"));

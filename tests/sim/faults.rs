@@ -51,7 +51,13 @@ impl Rates {
     };
 
     pub fn draw(rng: &mut StdRng) -> Self {
-        let mut p = |max: f64| if rng.random_bool(0.8) { rng.random_range(0.0..max) } else { 0.0 };
+        let mut p = |max: f64| {
+            if rng.random_bool(0.8) {
+                rng.random_range(0.0..max)
+            } else {
+                0.0
+            }
+        };
         Rates {
             lost_before: p(0.03),
             lost_after: p(0.03),
@@ -219,11 +225,16 @@ impl Faults {
         let before = Duration::from_micros(rng.random_range(1_000..15_000));
         let mut after = Duration::from_micros(rng.random_range(1_000..15_000));
         if !self.enabled {
-            return RequestFate { fate: Fate::Delivered, before, after };
+            return RequestFate {
+                fate: Fate::Delivered,
+                before,
+                after,
+            };
         }
         let r = self.rates;
         let now = Instant::now();
-        let in_burst = service == "dynamodb" && self.bursts.iter().any(|(a, b)| *a <= now && now < *b);
+        let in_burst =
+            service == "dynamodb" && self.bursts.iter().any(|(a, b)| *a <= now && now < *b);
         let fate = if rng.random_bool(if in_burst { 0.7 } else { r.throttle }) {
             self.counts.throttled += 1;
             Fate::Throttled
@@ -240,7 +251,11 @@ impl Faults {
             self.counts.slow += 1;
             after += Duration::from_millis(rng.random_range(5_000..40_000));
         }
-        RequestFate { fate, before, after }
+        RequestFate {
+            fate,
+            before,
+            after,
+        }
     }
 
     pub fn invocation(&mut self, n: u64, timeout: Duration) -> Invocation {
@@ -262,7 +277,11 @@ impl Faults {
 
     /// One handler attempt, from the job, the copy and the attempt number.
     pub fn attempt(&self, job: &str, message_id: &str, attempt: u32) -> Attempt {
-        let mut rng = self.rng(&[job.as_bytes(), message_id.as_bytes(), &attempt.to_le_bytes()]);
+        let mut rng = self.rng(&[
+            job.as_bytes(),
+            message_id.as_bytes(),
+            &attempt.to_le_bytes(),
+        ]);
         let r = self.rates;
         if rng.random_bool(r.transient) {
             Attempt::Transient

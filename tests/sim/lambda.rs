@@ -94,7 +94,9 @@ pub async fn environment<H: Handler>(
     let name = queue.name.clone();
     loop {
         let now = Instant::now();
-        let empty = world.lock().expect("world").sqs.queues[&name].messages.is_empty();
+        let empty = world.lock().expect("world").sqs.queues[&name]
+            .messages
+            .is_empty();
         if now >= drain_until || (now >= end && empty) {
             return;
         }
@@ -120,8 +122,15 @@ pub async fn environment<H: Handler>(
         };
         if batch.is_empty() {
             // Long polling: back when a message is sent or becomes visible.
-            let stop = if Instant::now() < end { end } else { drain_until };
-            let until = next.unwrap_or(stop).min(stop).min(Instant::now() + Duration::from_secs(3600));
+            let stop = if Instant::now() < end {
+                end
+            } else {
+                drain_until
+            };
+            let until = next
+                .unwrap_or(stop)
+                .min(stop)
+                .min(Instant::now() + Duration::from_secs(3600));
             let _ = tokio::time::timeout_at(until, notified).await;
             continue;
         }
@@ -151,24 +160,29 @@ async fn invoke<H: Handler>(
         .faults
         .invocation(n, mapping.function_timeout);
     let ids: Vec<&str> = batch.iter().map(|m| m.id.as_str()).collect();
-    world
-        .lock()
-        .expect("world")
-        .trace(format!("lambda: invocation {n} with {} messages ({fate:?})", ids.len()));
+    world.lock().expect("world").trace(format!(
+        "lambda: invocation {n} with {} messages ({fate:?})",
+        ids.len()
+    ));
     // The host's own conversion, as src/lambda.rs does it.
     let received_at = Instant::now()
         .checked_sub(MAX_BATCHING_WINDOW)
         .unwrap_or_else(Instant::now);
     let messages: Vec<Message> = batch
         .iter()
-        .map(|m| idemq::lambda::from_event(&event_record(m, &queue.name), received_at).expect("record"))
+        .map(|m| {
+            idemq::lambda::from_event(&event_record(m, &queue.name), received_at).expect("record")
+        })
         .collect();
     let work = processor.process(queue, &messages, deadline);
     let report = match fate {
         Invocation::KilledAfter(after) => {
             // The future is dropped at its next await point past `after`.
             let _ = tokio::time::timeout(after, work).await;
-            world.lock().expect("world").trace(format!("lambda: invocation {n} killed"));
+            world
+                .lock()
+                .expect("world")
+                .trace(format!("lambda: invocation {n} killed"));
             return;
         }
         _ => match tokio::time::timeout_at(deadline, work).await {

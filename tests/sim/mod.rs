@@ -65,7 +65,8 @@ impl World {
         } else {
             self.sqs.apply(op, body, wall, &mut self.history)
         };
-        if service == "sqs" && (op.starts_with("Send") || op.starts_with("ChangeMessageVisibility")) {
+        if service == "sqs" && (op.starts_with("Send") || op.starts_with("ChangeMessageVisibility"))
+        {
             self.changed.notify_waiters();
         }
         if self.tracing {
@@ -82,9 +83,8 @@ impl World {
     pub fn trace(&mut self, line: String) {
         if self.tracing {
             let t = Instant::now() - self.started;
-            let line = format!("[{:>9.3}s] {line}", t.as_secs_f64());
-            eprintln!("{line}");
-            self.trace.push(line);
+            self.trace
+                .push(format!("[{:>9.3}s] {line}", t.as_secs_f64()));
         }
     }
 }

@@ -102,13 +102,20 @@ impl HttpConnector for Net {
             .unwrap_or(Value::Null);
         let world = Arc::clone(&self.world);
         HttpConnectorFuture::new(async move {
-            let fate = world.lock().expect("world").faults.request(service, &op, &body);
+            let fate = world
+                .lock()
+                .expect("world")
+                .faults
+                .request(service, &op, &body);
             if !fate.before.is_zero() {
                 tokio::time::sleep(fate.before).await;
             }
             match fate.fate {
                 Fate::LostBefore => {
-                    world.lock().expect("world").trace(format!("net: {op} lost before it arrived"));
+                    world
+                        .lock()
+                        .expect("world")
+                        .trace(format!("net: {op} lost before it arrived"));
                     return Err(ConnectorError::io("simulated: connection reset".into()));
                 }
                 Fate::Throttled => {
@@ -117,7 +124,10 @@ impl HttpConnector for Net {
                     } else {
                         "com.amazonaws.sqs#RequestThrottled"
                     };
-                    world.lock().expect("world").trace(format!("net: {op} throttled"));
+                    world
+                        .lock()
+                        .expect("world")
+                        .trace(format!("net: {op} throttled"));
                     return Ok(Reply::Error {
                         status: 400,
                         kind: code.into(),
@@ -145,16 +155,36 @@ impl HttpConnector for Net {
                 tokio::time::sleep(fate.after).await;
             }
             if matches!(fate.fate, Fate::LostAfter) {
-                world.lock().expect("world").trace(format!("net: {op} applied, answer lost"));
-                return Err(ConnectorError::io("simulated: connection reset after the request was applied".into()));
+                world
+                    .lock()
+                    .expect("world")
+                    .trace(format!("net: {op} applied, answer lost"));
+                return Err(ConnectorError::io(
+                    "simulated: connection reset after the request was applied".into(),
+                ));
             }
             Ok(reply.into_http())
         })
     }
 }
 
-/// SDK clients as production builds them (standard retries, the SDK's
-/// tokio sleep on the paused clock), over the simulated network. A fresh
+/// The SDK's clock (its retry token bucket refills by it): the simulated
+/// wall clock, so that how loaded the machine is cannot change a run.
+#[derive(Debug)]
+struct SimulatedTime;
+
+impl aws_smithy_async::time::TimeSource for SimulatedTime {
+    fn now(&self) -> std::time::SystemTime {
+        idemq::clock::now()
+    }
+}
+
+/// SDK clients as production builds them (standard retries: 3 attempts, the
+/// retry token bucket; the SDK's tokio sleep on the paused clock), over the
+/// simulated network. One difference: the retry backoff is the SDK's
+/// static exponential one (1 s, 2 s, …) instead of its jitter, which draws
+/// from a generator a test cannot seed reliably (runs of one seed differed
+/// by it when other tests ran at the same time). A fresh
 /// retry partition per run: the SDK keeps each partition's retry token
 /// bucket in a process-wide map, so a run that reused a name would start
 /// from the bucket another run left.
@@ -173,8 +203,9 @@ pub fn clients(net: &Net, seed: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("AKID", "secret", None, None, "sim"))
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-        .retry_config(RetryConfig::standard())
+        .retry_config(RetryConfig::standard().with_use_static_exponential_base(true))
         .retry_partition(RetryPartition::new(format!("sim-{run}-sqs")))
+        .time_source(SimulatedTime)
         .http_client(net.http())
         .build();
     let ddb = aws_sdk_dynamodb::Config::builder()
@@ -186,10 +217,14 @@ pub fn clients(net: &Net, seed: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::
         .stalled_stream_protection(
             aws_sdk_dynamodb::config::StalledStreamProtectionConfig::disabled(),
         )
-        .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::standard())
-        .retry_partition(aws_sdk_dynamodb::config::retry::RetryPartition::new(format!(
-            "sim-{run}-ddb"
-        )))
+        .retry_config(
+            aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+                .with_use_static_exponential_base(true),
+        )
+        .retry_partition(aws_sdk_dynamodb::config::retry::RetryPartition::new(
+            format!("sim-{run}-ddb"),
+        ))
+        .time_source(SimulatedTime)
         .http_client(net.http())
         .build();
     (

@@ -106,6 +106,8 @@ pub struct Outcome {
     pub digest: u64,
     /// The history, one line per event.
     pub history: Vec<String>,
+    /// The trace, when the config asked for it.
+    pub trace: Vec<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -171,10 +173,13 @@ async fn simulate(config: Config) -> Outcome {
         source.redrive = Some((DLQ.into(), config.max_receive_count));
         w.sqs.add(source);
         // A DLQ keeps its letters 14 days, the most SQS allows.
-        w.sqs.add(Queue::new(DLQ, Duration::from_secs(30), 14 * 24 * HOUR));
+        w.sqs
+            .add(Queue::new(DLQ, Duration::from_secs(30), 14 * 24 * HOUR));
         w.ddb.add_table(TABLE, "pk", Some("expires_at"));
     }
-    let net = Net { world: Arc::clone(&world) };
+    let net = Net {
+        world: Arc::clone(&world),
+    };
     let (sqs_client, ddb) = net::clients(&net, config.seed);
     let queue = QueueInfo::discover(&sqs_client, &sqs::url(SOURCE))
         .await
@@ -204,11 +209,28 @@ async fn simulate(config: Config) -> Outcome {
     let schedule = schedule(&config, &mut rng);
     let invocations = Mutex::new(0u64);
     let redrives = Mutex::new(0u64);
-    let envs = (0..config.mapping.concurrency)
-        .map(|_| lambda::environment(&world, &processor, &queue, config.mapping, (end, drain_until), &invocations));
+    let envs = (0..config.mapping.concurrency).map(|_| {
+        lambda::environment(
+            &world,
+            &processor,
+            &queue,
+            config.mapping,
+            (end, drain_until),
+            &invocations,
+        )
+    });
     let produce = produce(&world, &producer, schedule);
     let overran = Mutex::new(0u64);
-    let operate = operate(&world, &sqs_client, &dead_letters, &config, end, &redrives, &overran, &mut rng);
+    let operate = operate(
+        &world,
+        &sqs_client,
+        &dead_letters,
+        &config,
+        end,
+        &redrives,
+        &overran,
+        &mut rng,
+    );
     tokio::join!(join_all(envs), produce, operate);
 
     let mut w = world.lock().expect("world");
@@ -224,10 +246,20 @@ async fn simulate(config: Config) -> Outcome {
                 .and_then(|a| a["StringValue"].as_str())
                 .unwrap_or(&m.id);
             let attrs = serde_json::to_value(&m.attributes).expect("attributes");
-            (m.body.clone(), attrs, format!("{}failure#{id}", layout.key_prefix))
+            (
+                m.body.clone(),
+                attrs,
+                format!("{}failure#{id}", layout.key_prefix),
+            )
         })
         .collect();
-    let verdicts = check::check(&w.history, SOURCE, DLQ, &dlq_final, &w.ddb.tables[TABLE].items);
+    let verdicts = check::check(
+        &w.history,
+        SOURCE,
+        DLQ,
+        &dlq_final,
+        &w.ddb.tables[TABLE].items,
+    );
     let history: Vec<String> = w.history.events.iter().map(|e| format!("{e:?}")).collect();
     let digest_input = history.join("\n");
     Outcome {
@@ -239,6 +271,7 @@ async fn simulate(config: Config) -> Outcome {
         redrives_overran: *overran.lock().expect("overran"),
         digest: super::faults::hash(&[digest_input.as_bytes()]),
         history,
+        trace: std::mem::take(&mut w.trace),
     }
 }
 
@@ -254,11 +287,12 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
         let after = HOUR * ((job.n + u64::from(meta.attempt)) % 12 + 1) as u32;
         return Err(JobError::retry_after("sim: rate limited", after));
     }
-    let attempt = world
-        .lock()
-        .expect("world")
-        .faults
-        .attempt(&job.k, &meta.message_id, meta.attempt);
+    let attempt =
+        world
+            .lock()
+            .expect("world")
+            .faults
+            .attempt(&job.k, &meta.message_id, meta.attempt);
     match attempt {
         Attempt::Transient => Err(JobError::transient("sim: downstream unavailable")),
         Attempt::Panic => panic!("sim: handler panicked"),
@@ -269,9 +303,13 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
         Attempt::Ok(took) => {
             tokio::time::sleep(took).await;
             Ok(Effect::new().with(
-                Write::update(TABLE, Key::string("pk", format!("count#{}", job.k)), "ADD #n :one")
-                    .name("#n", "n")
-                    .value(":one", AttributeValue::N("1".into())),
+                Write::update(
+                    TABLE,
+                    Key::string("pk", format!("count#{}", job.k)),
+                    "ADD #n :one",
+                )
+                .name("#n", "n")
+                .value(":one", AttributeValue::N("1".into())),
             ))
         }
     }
@@ -311,9 +349,19 @@ fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
         let stable = !rng.random_bool(config.message_id_jobs);
         if stable && rng.random_bool(config.duplicates) {
             let again = at + Duration::from_secs(rng.random_range(1..7200));
-            sends.push(Send { at: again, body: body.clone(), k: k.clone(), stable });
+            sends.push(Send {
+                at: again,
+                body: body.clone(),
+                k: k.clone(),
+                stable,
+            });
         }
-        sends.push(Send { at, body, k, stable });
+        sends.push(Send {
+            at,
+            body,
+            k,
+            stable,
+        });
     }
     sends.sort_by_key(|s| (s.at, s.k.clone()));
     sends
@@ -339,8 +387,18 @@ async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send
         } else {
             let mut w = world.lock().expect("world");
             let w = &mut *w;
-            let id = w.sqs.enqueue(SOURCE, s.body.clone(), BTreeMap::new(), idemq::clock::now(), Duration::ZERO);
-            w.history.push(Event::Sent { queue: SOURCE.into(), message_id: id, body: s.body });
+            let id = w.sqs.enqueue(
+                SOURCE,
+                s.body.clone(),
+                BTreeMap::new(),
+                idemq::clock::now(),
+                Duration::ZERO,
+            );
+            w.history.push(Event::Sent {
+                queue: SOURCE.into(),
+                message_id: id,
+                body: s.body,
+            });
             w.changed.notify_waiters();
         }
     }
@@ -363,9 +421,13 @@ async fn operate(
     overran: &Mutex<u64>,
     rng: &mut StdRng,
 ) {
-    let Some(every) = config.redrive_every else { return };
+    let Some(every) = config.redrive_every else {
+        return;
+    };
     // The last redrive leaves time for what it moved to be processed.
-    let last = end.checked_sub(Duration::from_secs_f64(config.hours * 3600.0 * 0.15)).unwrap_or(end);
+    let last = end
+        .checked_sub(Duration::from_secs_f64(config.hours * 3600.0 * 0.15))
+        .unwrap_or(end);
     loop {
         tokio::time::sleep(every).await;
         if Instant::now() >= last {
@@ -386,7 +448,10 @@ async fn operate(
             } else {
                 Some(peek.depth().await?.total() as usize)
             };
-            let options = RedriveOptions { max, ..RedriveOptions::default() };
+            let options = RedriveOptions {
+                max,
+                ..RedriveOptions::default()
+            };
             let redrive = Redrive::new(&peek, Some(dead_letters), options).await?;
             redrive.run(&|_, _| {}).await
         };

@@ -188,13 +188,13 @@ impl Sqs {
     fn check_send(q: &Queue, entry: &Value) -> Result<(String, BTreeMap<String, Value>), Reply> {
         let body = entry["MessageBody"].as_str().unwrap_or_default().to_owned();
         if body.is_empty() {
-            return Err(err("InvalidParameterValue", "The request must contain the parameter MessageBody."));
+            return Err(err(
+                "InvalidParameterValue",
+                "The request must contain the parameter MessageBody.",
+            ));
         }
         if !sqs_text(&body) {
-            return Err(err(
-                "InvalidMessageContents",
-                "Invalid characters found.",
-            ));
+            return Err(err("InvalidMessageContents", "Invalid characters found."));
         }
         let mut attributes = BTreeMap::new();
         let mut size = body.len();
@@ -212,12 +212,17 @@ impl Sqs {
                 let value = v["StringValue"].as_str().unwrap_or_default();
                 let data_type = v["DataType"].as_str().unwrap_or_default();
                 if v.get("BinaryValue").is_some() {
-                    return Err(err("InvalidParameterValue", "binary attributes are not modelled"));
+                    return Err(err(
+                        "InvalidParameterValue",
+                        "binary attributes are not modelled",
+                    ));
                 }
                 if !sqs_text(value) {
                     return Err(err(
                         "InvalidParameterValue",
-                        format!("Message attribute '{name}' must contain non-empty message attribute value for message attribute type 'String'."),
+                        format!(
+                            "Message attribute '{name}' must contain non-empty message attribute value for message attribute type 'String'."
+                        ),
                     ));
                 }
                 size += name.len() + data_type.len() + value.len();
@@ -242,7 +247,13 @@ impl Sqs {
         Ok((body, attributes))
     }
 
-    pub fn apply(&mut self, op: &str, req: &Value, wall: SystemTime, history: &mut History) -> Reply {
+    pub fn apply(
+        &mut self,
+        op: &str,
+        req: &Value,
+        wall: SystemTime,
+        history: &mut History,
+    ) -> Reply {
         self.expire(wall, history);
         match op {
             "GetQueueUrl" => {
@@ -277,7 +288,11 @@ impl Sqs {
                 };
                 let delay = Duration::from_secs(req["DelaySeconds"].as_u64().unwrap_or(0));
                 let id = self.enqueue(&name, body.clone(), attributes, wall, delay);
-                history.push(Event::Sent { queue: name, message_id: id.clone(), body });
+                history.push(Event::Sent {
+                    queue: name,
+                    message_id: id.clone(),
+                    body,
+                });
                 Reply::Ok(json!({"MessageId": id, "MD5OfMessageBody": ""}))
             }
             "SendMessageBatch" => {
@@ -294,9 +309,14 @@ impl Sqs {
                     let id = e["Id"].as_str().unwrap_or_default();
                     match Self::check_send(&self.queues[&name], e) {
                         Ok((body, attributes)) => {
-                            let delay = Duration::from_secs(e["DelaySeconds"].as_u64().unwrap_or(0));
+                            let delay =
+                                Duration::from_secs(e["DelaySeconds"].as_u64().unwrap_or(0));
                             let mid = self.enqueue(&name, body.clone(), attributes, wall, delay);
-                            history.push(Event::Sent { queue: name.clone(), message_id: mid.clone(), body });
+                            history.push(Event::Sent {
+                                queue: name.clone(),
+                                message_id: mid.clone(),
+                                body,
+                            });
                             ok.push(json!({"Id": id, "MessageId": mid, "MD5OfMessageBody": ""}));
                         }
                         Err(Reply::Error { kind, message, .. }) => failed.push(json!({
@@ -360,7 +380,9 @@ impl Sqs {
                     let secs = e["VisibilityTimeout"].as_u64().unwrap_or(0);
                     match self.change_visibility(&name, handle, Duration::from_secs(secs)) {
                         Ok(()) => ok.push(json!({"Id": id})),
-                        Err((code, m)) => failed.push(json!({"Id": id, "SenderFault": true, "Code": code, "Message": m})),
+                        Err((code, m)) => failed.push(
+                            json!({"Id": id, "SenderFault": true, "Code": code, "Message": m}),
+                        ),
                     }
                 }
                 Reply::Ok(json!({"Successful": ok, "Failed": failed}))
@@ -382,7 +404,10 @@ impl Sqs {
             all.insert(k.into(), Value::String(v));
         };
         put("QueueArn", arn(&name));
-        put("VisibilityTimeout", q.visibility_timeout.as_secs().to_string());
+        put(
+            "VisibilityTimeout",
+            q.visibility_timeout.as_secs().to_string(),
+        );
         put("MessageRetentionPeriod", q.retention.as_secs().to_string());
         put("MaximumMessageSize", q.max_message_size.to_string());
         put("ApproximateNumberOfMessages", visible.to_string());
@@ -423,7 +448,10 @@ impl Sqs {
             Ok(n) => n,
             Err(e) => return e,
         };
-        let max = req["MaxNumberOfMessages"].as_u64().unwrap_or(1).clamp(1, 10) as usize;
+        let max = req["MaxNumberOfMessages"]
+            .as_u64()
+            .unwrap_or(1)
+            .clamp(1, 10) as usize;
         let visibility = req["VisibilityTimeout"]
             .as_u64()
             .map(Duration::from_secs)
@@ -435,7 +463,11 @@ impl Sqs {
             .collect();
         let wanted: Vec<String> = req["MessageAttributeNames"]
             .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default();
         let messages = self.take_visible(&name, max, visibility, wall, history);
         let out: Vec<Value> = messages
@@ -501,7 +533,11 @@ impl Sqs {
                 m.received_at = None;
                 m.visible_at = now;
                 self.next_seq += 1;
-                self.queues.get_mut(&dlq).expect("dlq").messages.insert(self.next_seq, m);
+                self.queues
+                    .get_mut(&dlq)
+                    .expect("dlq")
+                    .messages
+                    .insert(self.next_seq, m);
             }
         }
         out
@@ -511,9 +547,18 @@ impl Sqs {
     /// one "will still succeed, but the message might not be deleted"
     /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html>);
     /// a message already gone is a success too.
-    pub fn delete(&mut self, queue: &str, handle: &str, history: &mut History, by: &str) -> Result<(), Reply> {
+    pub fn delete(
+        &mut self,
+        queue: &str,
+        handle: &str,
+        history: &mut History,
+        by: &str,
+    ) -> Result<(), Reply> {
         if !handle.starts_with("rh-") {
-            return Err(err("ReceiptHandleIsInvalid", "The input receipt handle is invalid."));
+            return Err(err(
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle is invalid.",
+            ));
         }
         let q = self.queues.get_mut(queue).expect("queue");
         let found = q
@@ -551,10 +596,16 @@ impl Sqs {
             .values_mut()
             .find(|m| m.handle.as_deref() == Some(handle))
         else {
-            return Err(("ReceiptHandleIsInvalid", "The input receipt handle is invalid.".into()));
+            return Err((
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle is invalid.".into(),
+            ));
         };
         if m.visible_at <= now {
-            return Err(("MessageNotInflight", "The message referred to isn't in flight.".into()));
+            return Err((
+                "MessageNotInflight",
+                "The message referred to isn't in flight.".into(),
+            ));
         }
         let since = now - m.received_at.unwrap_or(now);
         if timeout > MAX_VISIBILITY || since + timeout > MAX_VISIBILITY {
