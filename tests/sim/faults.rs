@@ -154,12 +154,17 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// JSON with object keys and list members sorted, and without
-/// `ClientRequestToken` (random per commit in idemq): the content a
-/// request's fate is keyed on.
+/// `ClientRequestToken` (random per commit in idemq) or batch entry `Id`s:
+/// the content a request's fate is keyed on.
 pub fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().filter(|k| *k != "ClientRequestToken").collect();
+            // Batch entries' `Id`s are positions in the batch, which may
+            // come from a hash map's order.
+            let mut keys: Vec<&String> = m
+                .keys()
+                .filter(|k| *k != "ClientRequestToken" && *k != "Id")
+                .collect();
             keys.sort();
             out.push('{');
             for k in keys {
