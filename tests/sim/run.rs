@@ -208,7 +208,7 @@ async fn simulate(config: Config) -> Outcome {
 
     let schedule = schedule(&config, &mut rng);
     let invocations = Mutex::new(0u64);
-    let redrives = Mutex::new(0u64);
+    let operator_counts = Mutex::new((0u64, 0u64));
     let envs = (0..config.mapping.concurrency).map(|_| {
         lambda::environment(
             &world,
@@ -220,15 +220,13 @@ async fn simulate(config: Config) -> Outcome {
         )
     });
     let produce = produce(&world, &producer, schedule);
-    let overran = Mutex::new(0u64);
     let operate = operate(
         &world,
         &sqs_client,
         &dead_letters,
         &config,
         end,
-        &redrives,
-        &overran,
+        &operator_counts,
         &mut rng,
     );
     tokio::join!(join_all(envs), produce, operate);
@@ -260,6 +258,7 @@ async fn simulate(config: Config) -> Outcome {
         &dlq_final,
         &w.ddb.tables[TABLE].items,
     );
+    let (redrives, redrives_overran) = *operator_counts.lock().expect("counts");
     let history: Vec<String> = w.history.events.iter().map(|e| format!("{e:?}")).collect();
     let digest_input = history.join("\n");
     Outcome {
@@ -267,8 +266,8 @@ async fn simulate(config: Config) -> Outcome {
         verdicts,
         counts: w.faults.counts,
         invocations: *invocations.lock().expect("invocations"),
-        redrives: *redrives.lock().expect("redrives"),
-        redrives_overran: *overran.lock().expect("overran"),
+        redrives,
+        redrives_overran,
         digest: super::faults::hash(&[digest_input.as_bytes()]),
         history,
         trace: std::mem::take(&mut w.trace),
@@ -417,8 +416,8 @@ async fn operate(
     dead_letters: &DeadLetters,
     config: &Config,
     end: Instant,
-    redrives: &Mutex<u64>,
-    overran: &Mutex<u64>,
+    // (redrives run, redrives stopped while still moving letters)
+    counts: &Mutex<(u64, u64)>,
     rng: &mut StdRng,
 ) {
     let Some(every) = config.redrive_every else {
@@ -433,7 +432,7 @@ async fn operate(
         if Instant::now() >= last {
             return;
         }
-        *redrives.lock().expect("redrives") += 1;
+        counts.lock().expect("counts").0 += 1;
         let killed_after = rng
             .random_bool(0.3)
             .then(|| Duration::from_millis(rng.random_range(0..20_000)));
@@ -460,7 +459,7 @@ async fn operate(
         let result = tokio::time::timeout(after, work).await.ok();
         let line = match result {
             None if killed_after.is_none() => {
-                *overran.lock().expect("overran") += 1;
+                counts.lock().expect("counts").1 += 1;
                 "operator: redrive still running after 30 min: stopped".to_owned()
             }
             None => "operator: redrive killed".to_owned(),
