@@ -7,12 +7,13 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test test-chaos lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick
+.PHONY: help demo test test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
 	@echo "make test        all tests (starts and stops the local stack)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
+	@echo "make sim         the deterministic simulation, longer (SEEDS=1000 HOURS=24; FIRST=1)"
 	@echo "make lint        cargo fmt --check and clippy -D warnings"
 	@echo "make lint-infra  SAM/Terraform rules, least privilege, cfn-lint, terraform fmt"
 	@echo "make deploy      sam build + sam deploy of infra/sam (DEPLOY_ARGS=... for sam deploy)"
@@ -34,6 +35,14 @@ test:
 test-chaos:
 	@CHAOS_JOBS=1000 scripts/chaos.sh
 	@FUZZ_SECONDS=60 scripts/fuzz.sh
+
+# The deterministic simulation (tests/simulation.rs; `make test` runs a
+# smaller campaign). No stack needed. A failing seed prints its replay command.
+SEEDS ?= 1000
+HOURS ?= 24
+FIRST ?= 1
+sim:
+	SIM_SEEDS=$(SEEDS) SIM_HOURS=$(HOURS) SIM_FIRST_SEED=$(FIRST) cargo test --locked --test simulation -- campaign --nocapture
 
 lint-infra:
 	@scripts/infra_test.sh

@@ -259,9 +259,9 @@ impl<H: Handler> Processor<H> {
                         m.retried += 1;
                     }
                     let delay = retry_after.unwrap_or_else(|| {
-                        self.config
-                            .backoff
-                            .delay(msg.receive_count, &mut rand::rng())
+                        crate::clock::with_jitter(|rng| {
+                            self.config.backoff.delay(msg.receive_count, rng)
+                        })
                     });
                     visibility.push((msg, visibility_timeout(delay, msg.received_at.elapsed())));
                 }
@@ -404,7 +404,7 @@ impl<H: Handler> Processor<H> {
             message_id: msg.message_id.clone(),
             attempt: msg.receive_count,
             failure,
-            failed_at: SystemTime::now(),
+            failed_at: crate::clock::now(),
             source_queue: queue.name.clone(),
             payload_hash: hash.to_string(),
         };
@@ -442,7 +442,7 @@ impl<H: Handler> Processor<H> {
         else {
             return verdict;
         };
-        let Some(age) = msg.age(SystemTime::now()) else {
+        let Some(age) = msg.age(crate::clock::now()) else {
             return verdict;
         };
         let longest = retry_after.unwrap_or_else(|| self.config.backoff.ceiling(msg.receive_count));

@@ -118,7 +118,7 @@ impl Committer {
         effect.validate(&self.slot())?;
         let mut items = Vec::with_capacity(effect.len() + 1);
         if effect.uses_marker() {
-            items.push(self.marker_put(job, SystemTime::now())?);
+            items.push(self.marker_put(job, crate::clock::now())?);
         }
         for write in effect.writes() {
             items.push(write.to_sdk()?);

@@ -188,7 +188,7 @@ async fn queue_info<H: Handler>(
 
 /// The invocation's deadline (epoch milliseconds) as an `Instant`.
 fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
-    let now_ms = SystemTime::now()
+    let now_ms = crate::clock::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;

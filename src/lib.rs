@@ -27,6 +27,7 @@
 pub mod backoff;
 pub mod batch;
 pub mod classify;
+pub mod clock;
 pub mod commit;
 pub mod config;
 pub mod dlq;

@@ -430,7 +430,7 @@ impl<'a> Redrive<'a> {
                         m.body.clone(),
                         m.attributes.clone(),
                         m.group_id().map(str::to_owned),
-                        redrive_deduplication_id(m, back_to_source, SystemTime::now()),
+                        redrive_deduplication_id(m, back_to_source, crate::clock::now()),
                     )
                 })
                 .collect();

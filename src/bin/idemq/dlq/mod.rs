@@ -448,7 +448,7 @@ fn build_filter(
     since: Option<&str>,
     until: Option<&str>,
 ) -> Result<Filter, String> {
-    let now = SystemTime::now();
+    let now = idemq::clock::now();
     let filter = Filter {
         job_ids: job_ids.into_iter().collect(),
         error_contains: error_contains.filter(|s| !s.is_empty()),

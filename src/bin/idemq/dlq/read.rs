@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use idemq::dlq::FailureRecord;
 
@@ -36,7 +36,7 @@ impl Ctx {
                 .or_default() += 1;
         }
         let oldest = items.iter().filter_map(|(m, _)| m.sent_at()).min();
-        let age = oldest.and_then(|t| SystemTime::now().duration_since(t).ok());
+        let age = oldest.and_then(|t| idemq::clock::now().duration_since(t).ok());
         if json {
             let v = serde_json::json!({
                 "dlq": self.dlq.name,

@@ -1,0 +1,216 @@
+//! The history of a run and the checker over it. Job identity here is the
+//! ground truth the simulation wrote into each body (`"k"`), never the id
+//! idemq resolved, so the checker cannot share idemq's mistakes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::dynamodb::Item;
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Sent {
+        queue: String,
+        message_id: String,
+        body: String,
+    },
+    Deleted {
+        queue: String,
+        message_id: String,
+        body: String,
+        by: String,
+    },
+    Expired {
+        queue: String,
+        body: String,
+    },
+    /// SQS's redrive moved it from `from` to the DLQ.
+    Redriven {
+        from: String,
+        message_id: String,
+        body: String,
+    },
+    /// An item was written (DynamoDB).
+    Written {
+        key: String,
+        item: Value,
+    },
+    /// Something the environment itself saw go wrong (Lambda).
+    Violation(String),
+}
+
+#[derive(Debug, Default)]
+pub struct History {
+    pub events: Vec<Event>,
+}
+
+impl History {
+    pub fn push(&mut self, e: Event) {
+        self.events.push(e);
+    }
+}
+
+/// The job key (`"k"`) of a body.
+pub fn job_of(body: &str) -> Option<String> {
+    serde_json::from_str::<Value>(body)
+        .ok()?
+        .get("k")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// What a job is meant to do (from its body's `"kind"`).
+pub fn kind_of(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Verdicts {
+    pub jobs: usize,
+    pub applied: usize,
+    pub dead_lettered: usize,
+    pub pending: usize,
+    pub expired: usize,
+    pub violations: Vec<String>,
+}
+
+/// Replays the history in order and checks, at each step and at the end:
+/// - no copy of a job is deleted (acknowledged by Lambda, or moved out of
+///   the DLQ by a redrive) unless the job is applied or another copy of it
+///   lives on, on the queue or in the DLQ;
+/// - no job's effect is applied twice;
+/// - no job that must fail (`poison`, `garbage`) is applied;
+/// - at the end every job is applied, or in the DLQ with its context (an
+///   `idemq-error` attribute or a failure record), or still on the source
+///   queue; none is lost (expired, or deleted unapplied);
+/// - the environment saw no violation (a response after the deadline, an
+///   invalid id in a batch response).
+///
+/// `dlq` and `table` are the final contents: (body, attributes) of each DLQ
+/// message and every item.
+pub fn check(
+    history: &History,
+    source: &str,
+    dlq: &str,
+    dlq_final: &[(String, Value, String)],
+    table: &BTreeMap<String, Item>,
+) -> Verdicts {
+    let mut v = Verdicts::default();
+    let mut applied: BTreeMap<String, u64> = BTreeMap::new();
+    let mut in_source: BTreeMap<String, i64> = BTreeMap::new();
+    let mut in_dlq: BTreeMap<String, i64> = BTreeMap::new();
+    let mut kinds: BTreeMap<String, String> = BTreeMap::new();
+    let mut expired: BTreeMap<String, u32> = BTreeMap::new();
+    for e in &history.events {
+        match e {
+            Event::Sent { queue, body, .. } => {
+                let Some(k) = job_of(body) else { continue };
+                kinds.entry(k.clone()).or_insert_with(|| kind_of(body));
+                if queue == source {
+                    *in_source.entry(k).or_default() += 1;
+                } else if queue == dlq {
+                    *in_dlq.entry(k).or_default() += 1;
+                }
+            }
+            Event::Redriven { body, .. } => {
+                let Some(k) = job_of(body) else { continue };
+                *in_source.entry(k.clone()).or_default() -= 1;
+                *in_dlq.entry(k).or_default() += 1;
+            }
+            Event::Expired { queue, body } => {
+                let Some(k) = job_of(body) else { continue };
+                if queue == source {
+                    *in_source.entry(k.clone()).or_default() -= 1;
+                    *expired.entry(k).or_default() += 1;
+                } else if queue == dlq {
+                    *in_dlq.entry(k.clone()).or_default() -= 1;
+                    v.violations
+                        .push(format!("{k}: a dead letter expired in the DLQ"));
+                }
+            }
+            Event::Deleted {
+                queue,
+                body,
+                by,
+                message_id,
+            } => {
+                let Some(k) = job_of(body) else { continue };
+                let done = applied.get(&k).copied().unwrap_or(0) > 0;
+                if queue == source {
+                    *in_source.entry(k.clone()).or_default() -= 1;
+                } else if queue == dlq {
+                    *in_dlq.entry(k.clone()).or_default() -= 1;
+                } else {
+                    continue;
+                }
+                // Deleting a copy is safe once the job is applied, or while
+                // another copy of it (on the queue or in the DLQ) lives on.
+                let others =
+                    in_source.get(&k).copied().unwrap_or(0) + in_dlq.get(&k).copied().unwrap_or(0);
+                if !done && others <= 0 {
+                    v.violations.push(format!(
+                        "{k}: {message_id} deleted from {queue} ({by}) with the job not applied and no other copy left"
+                    ));
+                }
+            }
+            Event::Written { key, item } => {
+                if let Some(k) = key.strip_prefix("count#") {
+                    let n: u64 = item["n"]["N"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    let before = applied.insert(k.to_owned(), n).unwrap_or(0);
+                    if n >= 2 && before < 2 {
+                        v.violations.push(format!("{k}: applied {n} times"));
+                    }
+                }
+            }
+            Event::Violation(what) => v.violations.push(what.clone()),
+        }
+    }
+    // The DLQ's final contents, by job: do they say why they died?
+    let mut letters: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+    for (body, attributes, record_key) in dlq_final {
+        let Some(k) = job_of(body) else { continue };
+        let has_context = attributes.get("idemq-error").is_some() || table.contains_key(record_key);
+        letters.entry(k).or_default().push(has_context);
+    }
+    for (k, kind) in &kinds {
+        v.jobs += 1;
+        let n = applied.get(k).copied().unwrap_or(0);
+        let must_fail = kind == "poison" || kind == "garbage";
+        if must_fail && n > 0 {
+            v.violations.push(format!("{k}: a {kind} job was applied"));
+        }
+        if n >= 1 {
+            v.applied += 1;
+            continue;
+        }
+        if let Some(l) = letters.get(k) {
+            v.dead_lettered += 1;
+            if !l.iter().any(|c| *c) {
+                v.violations
+                    .push(format!("{k}: in the DLQ without its context"));
+            }
+            continue;
+        }
+        if in_source.get(k).copied().unwrap_or(0) > 0 {
+            v.pending += 1;
+            continue;
+        }
+        let mut why = String::new();
+        if let Some(x) = expired.get(k) {
+            let _ = write!(why, " (expired {x}x by retention)");
+            v.expired += 1;
+        }
+        v.violations.push(format!(
+            "{k}: lost: not applied, not in the DLQ, not on the queue{why}"
+        ));
+    }
+    v
+}

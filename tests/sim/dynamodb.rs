@@ -1,0 +1,462 @@
+//! DynamoDB tables as a client observes them (AWS JSON 1.0), with the
+//! expressions idemq and the simulated handler use. An expression outside
+//! that set is refused with a `ValidationException` naming it, so the model
+//! never silently accepts what it does not understand.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+
+use super::check::{Event, History};
+use super::net::Reply;
+
+pub type Item = Map<String, Value>;
+
+/// "A client request token is valid for 10 minutes after the first request
+/// that uses it is completed"
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>).
+pub const TOKEN_WINDOW: Duration = Duration::from_secs(600);
+
+/// TTL deletes an expired item "typically within a few days" (up to 48 h
+/// has been the documented figure), and until then it is still read and
+/// still matches conditions
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html>).
+pub const TTL_LAG: Duration = Duration::from_secs(48 * 3600);
+
+#[derive(Debug)]
+pub struct Table {
+    pub key: String,
+    pub ttl_attribute: Option<String>,
+    pub items: BTreeMap<String, Item>,
+}
+
+#[derive(Debug, Default)]
+pub struct Ddb {
+    pub tables: BTreeMap<String, Table>,
+    /// token -> (request, when it completed).
+    tokens: BTreeMap<String, (String, Instant)>,
+    last_ttl_sweep: Option<SystemTime>,
+}
+
+fn err(code: &str, message: impl Into<String>) -> Reply {
+    Reply::Error {
+        status: 400,
+        kind: format!("com.amazonaws.dynamodb.v20120810#{code}"),
+        message: message.into(),
+        extra: json!({}),
+    }
+}
+
+fn validation(message: impl Into<String>) -> Reply {
+    err("ValidationException", message)
+}
+
+/// One write of a transaction, or a single-item write, parsed.
+struct Op<'a> {
+    table: String,
+    key: String,
+    body: &'a Value,
+    kind: &'a str,
+}
+
+impl Ddb {
+    pub fn add_table(&mut self, name: &str, key: &str, ttl_attribute: Option<&str>) {
+        self.tables.insert(
+            name.into(),
+            Table {
+                key: key.into(),
+                ttl_attribute: ttl_attribute.map(str::to_owned),
+                items: BTreeMap::new(),
+            },
+        );
+    }
+
+    /// The string key of an item or key map (tables here have a String
+    /// partition key and no sort key).
+    fn key_of(&self, table: &str, item: &Value) -> Result<String, Reply> {
+        let t = self
+            .tables
+            .get(crate::sim::dynamodb::table_name(table))
+            .ok_or_else(|| err("ResourceNotFoundException", "Requested resource not found"))?;
+        match item
+            .get(&t.key)
+            .and_then(|v| v.get("S"))
+            .and_then(Value::as_str)
+        {
+            Some(k) => Ok(k.to_owned()),
+            None => Err(validation(format!(
+                "One or more parameter values were invalid: Missing the key {} in the item",
+                t.key
+            ))),
+        }
+    }
+
+    pub fn apply(
+        &mut self,
+        op: &str,
+        req: &Value,
+        wall: SystemTime,
+        history: &mut History,
+    ) -> Reply {
+        self.ttl_sweep(wall);
+        match op {
+            "TransactWriteItems" => self.transact(req, history),
+            "PutItem" => {
+                let table = req["TableName"].as_str().unwrap_or_default().to_owned();
+                let key = match self.key_of(&table, &req["Item"]) {
+                    Ok(k) => k,
+                    Err(e) => return e,
+                };
+                let w = Op {
+                    table,
+                    key,
+                    body: req,
+                    kind: "Put",
+                };
+                match self.check(&w) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return err(
+                            "ConditionalCheckFailedException",
+                            "The conditional request failed",
+                        );
+                    }
+                    Err(e) => return e,
+                }
+                if let Err(e) = self.write(&w, history) {
+                    return e;
+                }
+                Reply::Ok(json!({}))
+            }
+            "GetItem" => {
+                let table = req["TableName"].as_str().unwrap_or_default();
+                let key = match self.key_of(table, &req["Key"]) {
+                    Ok(k) => k,
+                    Err(e) => return e,
+                };
+                // Every read here is strongly consistent; idemq asks for
+                // that wherever it decides on what it reads.
+                match self.tables[table_name(table)].items.get(&key) {
+                    Some(item) => Reply::Ok(json!({"Item": item})),
+                    None => Reply::Ok(json!({})),
+                }
+            }
+            "BatchGetItem" => {
+                let mut responses = Map::new();
+                for (table, spec) in req["RequestItems"].as_object().cloned().unwrap_or_default() {
+                    let mut found = Vec::new();
+                    for k in spec["Keys"].as_array().cloned().unwrap_or_default() {
+                        let key = match self.key_of(&table, &k) {
+                            Ok(k) => k,
+                            Err(e) => return e,
+                        };
+                        if let Some(item) = self.tables[table_name(&table)].items.get(&key) {
+                            found.push(Value::Object(item.clone()));
+                        }
+                    }
+                    responses.insert(table, Value::Array(found));
+                }
+                Reply::Ok(json!({"Responses": responses, "UnprocessedKeys": {}}))
+            }
+            other => validation(format!("{other} is not modelled")),
+        }
+    }
+
+    /// `TransactWriteItems`: every condition is checked first; if any
+    /// fails, nothing is written and `CancellationReasons` says, by index,
+    /// which (`None` for the others), with the old item for a failed one
+    /// that asked for `ALL_OLD`. Two actions on one item are a
+    /// `ValidationException`. A repeated `ClientRequestToken` within 10
+    /// minutes succeeds without writing again, or is an
+    /// `IdempotentParameterMismatchException` if the request changed
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>).
+    fn transact(&mut self, req: &Value, history: &mut History) -> Reply {
+        let now = Instant::now();
+        self.tokens
+            .retain(|_, (_, at)| now.duration_since(*at) < TOKEN_WINDOW);
+        let token = req["ClientRequestToken"].as_str().map(str::to_owned);
+        let canonical = req.to_string();
+        if let Some(t) = &token
+            && let Some((seen, _)) = self.tokens.get(t)
+        {
+            return if *seen == canonical {
+                Reply::Ok(json!({}))
+            } else {
+                err(
+                    "IdempotentParameterMismatchException",
+                    "The request uses the same client token as a previous, but non-identical request.",
+                )
+            };
+        }
+        let items = req["TransactItems"].as_array().cloned().unwrap_or_default();
+        if items.is_empty() || items.len() > 100 {
+            return validation("TransactItems must have 1 to 100 members");
+        }
+        let mut ops = Vec::new();
+        for item in &items {
+            let Some((kind, body)) = item.as_object().and_then(|o| o.iter().next()) else {
+                return validation("empty TransactWriteItem");
+            };
+            let table = body["TableName"].as_str().unwrap_or_default().to_owned();
+            let key_source = if kind == "Put" {
+                &body["Item"]
+            } else {
+                &body["Key"]
+            };
+            let key = match self.key_of(&table, key_source) {
+                Ok(k) => k,
+                Err(e) => return e,
+            };
+            if ops.iter().any(|o: &Op| o.table == table && o.key == key) {
+                return validation(
+                    "Transaction request cannot include multiple operations on one item",
+                );
+            }
+            ops.push(Op {
+                table,
+                key,
+                body,
+                kind: kind.as_str(),
+            });
+        }
+        let mut reasons = Vec::new();
+        let mut cancelled = false;
+        for o in &ops {
+            match self.check(o) {
+                Ok(true) => reasons.push(json!({"Code": "None"})),
+                Ok(false) => {
+                    cancelled = true;
+                    let mut r = json!({"Code": "ConditionalCheckFailed", "Message": "The conditional request failed"});
+                    if o.body["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+                        && let Some(old) = self.tables[table_name(&o.table)].items.get(&o.key)
+                    {
+                        r["Item"] = Value::Object(old.clone());
+                    }
+                    reasons.push(r);
+                }
+                Err(e) => return e,
+            }
+        }
+        if cancelled {
+            let codes: Vec<&str> = reasons
+                .iter()
+                .map(|r| r["Code"].as_str().unwrap_or("None"))
+                .collect();
+            return Reply::Error {
+                status: 400,
+                kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
+                message: format!(
+                    "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]",
+                    codes.join(", ")
+                ),
+                extra: json!({"CancellationReasons": reasons}),
+            };
+        }
+        // Updates are checked before anything is written, so a bad one
+        // cancels the whole transaction.
+        let mut staged = Vec::new();
+        for o in &ops {
+            match self.next_state(o) {
+                Ok(s) => staged.push(s),
+                Err(e) => return e,
+            }
+        }
+        for (o, s) in ops.iter().zip(staged) {
+            self.store(o, s, history);
+        }
+        if let Some(t) = token {
+            self.tokens.insert(t, (canonical, now));
+        }
+        Reply::Ok(json!({}))
+    }
+
+    /// Whether `o`'s condition holds on the stored item.
+    fn check(&self, o: &Op<'_>) -> Result<bool, Reply> {
+        let Some(expr) = o.body["ConditionExpression"].as_str() else {
+            return Ok(true);
+        };
+        let stored = self.tables[table_name(&o.table)].items.get(&o.key);
+        let names = &o.body["ExpressionAttributeNames"];
+        let mut ok = true;
+        for part in expr.split(" AND ") {
+            let part = part.trim();
+            let (negate, arg) = if let Some(a) = part.strip_prefix("attribute_not_exists(") {
+                (true, a)
+            } else if let Some(a) = part.strip_prefix("attribute_exists(") {
+                (false, a)
+            } else {
+                return Err(validation(format!("condition {part:?} is not modelled")));
+            };
+            let arg = arg.trim_end_matches(')').trim();
+            let name = resolve(arg, names)?;
+            let exists = stored.is_some_and(|i| i.contains_key(&name));
+            ok &= exists != negate;
+        }
+        Ok(ok)
+    }
+
+    /// The item after `o`, or `None` for a delete (ConditionCheck: as is).
+    fn next_state(&self, o: &Op<'_>) -> Result<Option<Option<Item>>, Reply> {
+        let stored = self.tables[table_name(&o.table)].items.get(&o.key).cloned();
+        match o.kind {
+            "ConditionCheck" => Ok(None),
+            "Delete" => Ok(Some(None)),
+            "Put" => Ok(Some(o.body["Item"].as_object().cloned())),
+            "Update" => {
+                let mut item = stored
+                    .unwrap_or_else(|| o.body["Key"].as_object().cloned().unwrap_or_default());
+                let expr = o.body["UpdateExpression"].as_str().unwrap_or_default();
+                update(
+                    &mut item,
+                    expr,
+                    &o.body["ExpressionAttributeNames"],
+                    &o.body["ExpressionAttributeValues"],
+                )?;
+                Ok(Some(Some(item)))
+            }
+            other => Err(validation(format!("{other} is not modelled"))),
+        }
+    }
+
+    fn write(&mut self, o: &Op<'_>, history: &mut History) -> Result<(), Reply> {
+        let s = self.next_state(o)?;
+        self.store(o, s, history);
+        Ok(())
+    }
+
+    fn store(&mut self, o: &Op<'_>, state: Option<Option<Item>>, history: &mut History) {
+        let Some(state) = state else { return };
+        let items = &mut self
+            .tables
+            .get_mut(table_name(&o.table))
+            .expect("table")
+            .items;
+        match state {
+            Some(item) => {
+                // Keys in order: the item's wire form must not depend on a
+                // hash map's order in the client.
+                let mut keys: Vec<(String, Value)> = item.into_iter().collect();
+                keys.sort_by(|a, b| a.0.cmp(&b.0));
+                let item: Item = keys.into_iter().collect();
+                history.push(Event::Written {
+                    key: o.key.clone(),
+                    item: Value::Object(item.clone()),
+                });
+                items.insert(o.key.clone(), item);
+            }
+            None => {
+                items.remove(&o.key);
+            }
+        }
+    }
+
+    /// Deletes items whose TTL attribute is past, each some time within
+    /// [`TTL_LAG`] after it expired (the lag a function of the key, so a
+    /// run stays a function of its seed).
+    fn ttl_sweep(&mut self, wall: SystemTime) {
+        if self
+            .last_ttl_sweep
+            .is_some_and(|t| wall.duration_since(t).unwrap_or_default() < Duration::from_secs(60))
+        {
+            return;
+        }
+        self.last_ttl_sweep = Some(wall);
+        let now = wall
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        for t in self.tables.values_mut() {
+            let Some(attr) = t.ttl_attribute.clone() else {
+                continue;
+            };
+            t.items.retain(|key, item| {
+                let Some(at) = item
+                    .get(&attr)
+                    .and_then(|v| v["N"].as_str())
+                    .and_then(|n| n.parse::<u64>().ok())
+                else {
+                    return true;
+                };
+                let lag = key
+                    .bytes()
+                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+                    % TTL_LAG.as_secs();
+                now < at + lag
+            });
+        }
+    }
+}
+
+/// The table name of a name or ARN (`arn:aws:dynamodb:…:table/NAME`).
+pub fn table_name(table: &str) -> &str {
+    table.rsplit_once(":table/").map_or(table, |(_, n)| n)
+}
+
+fn resolve(token: &str, names: &Value) -> Result<String, Reply> {
+    if token.starts_with('#') {
+        names[token]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| validation(format!("undefined attribute name {token}")))
+    } else {
+        Ok(token.to_owned())
+    }
+}
+
+/// `SET a = :v, …` and `ADD a :n, …` clauses, in either order.
+fn update(item: &mut Item, expr: &str, names: &Value, values: &Value) -> Result<(), Reply> {
+    let mut rest = expr.trim();
+    while !rest.is_empty() {
+        let (verb, after) = rest.split_once(' ').unwrap_or((rest, ""));
+        let end = ["SET ", "ADD ", "REMOVE ", "DELETE "]
+            .iter()
+            .filter_map(|k| after.find(k))
+            .min()
+            .unwrap_or(after.len());
+        let (clause, next) = after.split_at(end);
+        rest = next.trim();
+        for action in clause.split(',') {
+            let action = action.trim();
+            let value = |t: &str| {
+                values
+                    .get(t.trim())
+                    .cloned()
+                    .ok_or_else(|| validation(format!("undefined value {t}")))
+            };
+            match verb {
+                "SET" => {
+                    let (n, v) = action.split_once('=').ok_or_else(|| {
+                        validation(format!("SET action {action:?} is not modelled"))
+                    })?;
+                    let v = v.trim();
+                    if !v.starts_with(':') {
+                        return Err(validation(format!("SET value {v:?} is not modelled")));
+                    }
+                    item.insert(resolve(n.trim(), names)?, value(v)?);
+                }
+                "ADD" => {
+                    let (n, v) = action.split_once(' ').ok_or_else(|| {
+                        validation(format!("ADD action {action:?} is not modelled"))
+                    })?;
+                    let add = value(v)?;
+                    let Some(add) = add["N"].as_str().and_then(|s| s.parse::<i64>().ok()) else {
+                        return Err(validation("ADD of a non-number is not modelled"));
+                    };
+                    let name = resolve(n.trim(), names)?;
+                    let old = match item.get(&name) {
+                        None => 0,
+                        Some(v) => v["N"]
+                            .as_str()
+                            .and_then(|s| s.parse::<i64>().ok())
+                            .ok_or_else(|| validation("An operand in the update expression has an incorrect data type"))?,
+                    };
+                    item.insert(name, json!({"N": (old + add).to_string()}));
+                }
+                other => return Err(validation(format!("update verb {other} is not modelled"))),
+            }
+        }
+    }
+    Ok(())
+}

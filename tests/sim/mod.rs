@@ -1,0 +1,118 @@
+//! A deterministic simulation of SQS, DynamoDB and Lambda's SQS event source
+//! mapping, under the real idemq code and the real SDK clients. See
+//! `docs/reliability.md`, "The simulation".
+//!
+//! - [`sqs`], [`dynamodb`]: the services, as a client observes them;
+//! - [`net`]: the SDK's HTTP connector in front of them, where requests are
+//!   delayed, lost or throttled;
+//! - [`lambda`]: the event source mapping and the function's host;
+//! - [`faults`]: every fault, drawn from the seed;
+//! - [`check`]: the history and the checker over it;
+//! - [`run`]: one run of a seed, from set-up to verdict.
+
+#![allow(dead_code)]
+
+pub mod check;
+pub mod dynamodb;
+pub mod faults;
+pub mod lambda;
+pub mod net;
+pub mod run;
+pub mod sqs;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use check::History;
+use faults::Faults;
+use net::Reply;
+
+/// Everything the services hold, behind one lock (one thread runs a seed).
+pub struct World {
+    pub sqs: sqs::Sqs,
+    pub ddb: dynamodb::Ddb,
+    pub faults: Faults,
+    pub history: History,
+    /// Woken on every send and visibility change: pollers wait on it.
+    pub changed: Arc<Notify>,
+    pub started: Instant,
+    pub tracing: bool,
+    pub trace: Vec<String>,
+}
+
+impl World {
+    pub fn new(faults: Faults, tracing: bool) -> Self {
+        Self {
+            sqs: sqs::Sqs::default(),
+            ddb: dynamodb::Ddb::default(),
+            faults,
+            history: History::default(),
+            changed: Arc::new(Notify::new()),
+            started: Instant::now(),
+            tracing,
+            trace: Vec::new(),
+        }
+    }
+
+    /// One request, applied at this instant.
+    pub fn apply(&mut self, service: &str, op: &str, body: &Value) -> Reply {
+        let wall = idemq::clock::now();
+        let reply = if service == "dynamodb" {
+            self.ddb.apply(op, body, wall, &mut self.history)
+        } else {
+            self.sqs.apply(op, body, wall, &mut self.history)
+        };
+        if service == "sqs" && (op.starts_with("Send") || op.starts_with("ChangeMessageVisibility"))
+        {
+            self.changed.notify_waiters();
+        }
+        if self.tracing {
+            let outcome = match &reply {
+                Reply::Ok(_) => "ok".to_owned(),
+                Reply::Error { kind, .. } => kind.rsplit('#').next().unwrap_or_default().to_owned(),
+            };
+            let what = summary(op, body);
+            self.trace(format!("{service}: {op} {what} -> {outcome}"));
+        }
+        reply
+    }
+
+    pub fn trace(&mut self, line: String) {
+        if self.tracing {
+            let t = Instant::now() - self.started;
+            self.trace
+                .push(format!("[{:>9.3}s] {line}", t.as_secs_f64()));
+        }
+    }
+}
+
+/// A short, payload-free description of a request for the trace.
+fn summary(op: &str, body: &Value) -> String {
+    let jobs = |v: &Value| -> String {
+        let mut ks: Vec<String> = Vec::new();
+        let mut walk = vec![v];
+        while let Some(x) = walk.pop() {
+            match x {
+                Value::String(s) => {
+                    if let Some(k) = check::job_of(s) {
+                        ks.push(k);
+                    } else if let Some(rest) = s.strip_prefix("count#") {
+                        ks.push(rest.to_owned());
+                    }
+                }
+                Value::Array(a) => walk.extend(a.iter().rev()),
+                Value::Object(m) => walk.extend(m.values().rev()),
+                _ => {}
+            }
+        }
+        ks.dedup();
+        ks.join(",")
+    };
+    match op {
+        "ReceiveMessage" | "GetQueueAttributes" | "GetQueueUrl" => String::new(),
+        _ => jobs(body),
+    }
+}

@@ -1,0 +1,660 @@
+//! Standard SQS queues, as a client observes them through the AWS JSON 1.0
+//! protocol. Every behaviour cites the page it follows; what is not here
+//! (FIFO queues, move tasks, delay queues) is refused loudly rather than
+//! approximated.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::check::{Event, History};
+use super::net::Reply;
+
+pub const ACCOUNT: &str = "000000000000";
+pub const REGION: &str = "us-east-1";
+
+/// "The maximum is 12 hours" from the receive, for a visibility timeout
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html>).
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+
+/// At most 10 message attributes, and body + attributes within
+/// `MaximumMessageSize`
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>).
+pub const MAX_ATTRIBUTES: usize = 10;
+
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub id: String,
+    pub body: String,
+    /// Wire form: name -> {DataType, StringValue}.
+    pub attributes: BTreeMap<String, Value>,
+    /// `SentTimestamp`. A standard queue keeps it when SQS's redrive moves
+    /// the message to its DLQ, and retention counts from it there too
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>).
+    pub sent_at: SystemTime,
+    pub receive_count: u32,
+    pub visible_at: Instant,
+    /// The newest receipt handle; older ones no longer act on the message.
+    pub handle: Option<String>,
+    /// When the current receive happened (the 12-hour limit counts from it).
+    pub received_at: Option<Instant>,
+    /// `DeadLetterQueueSourceArn`, set by SQS's own redrive.
+    pub source_arn: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub name: String,
+    pub visibility_timeout: Duration,
+    pub retention: Duration,
+    pub max_message_size: usize,
+    /// (DLQ name, maxReceiveCount).
+    pub redrive: Option<(String, u32)>,
+    pub messages: BTreeMap<u64, Msg>,
+}
+
+impl Queue {
+    pub fn new(name: &str, visibility_timeout: Duration, retention: Duration) -> Self {
+        Self {
+            name: name.into(),
+            visibility_timeout,
+            retention,
+            max_message_size: 262_144,
+            redrive: None,
+            messages: BTreeMap::new(),
+        }
+    }
+}
+
+pub fn url(name: &str) -> String {
+    format!("https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}")
+}
+
+pub fn arn(name: &str) -> String {
+    format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{name}")
+}
+
+fn name_of_url(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
+
+fn epoch_ms(t: SystemTime) -> String {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+        .to_string()
+}
+
+/// Characters SQS accepts in a body or a String attribute value
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html>):
+/// `#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF`.
+pub fn sqs_text(s: &str) -> bool {
+    s.chars().all(|c| {
+        matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}')
+            || c >= '\u{10000}'
+    })
+}
+
+#[derive(Debug, Default)]
+pub struct Sqs {
+    pub queues: BTreeMap<String, Queue>,
+    next_seq: u64,
+    next_handle: u64,
+}
+
+fn err(code: &str, message: impl Into<String>) -> Reply {
+    Reply::Error {
+        status: 400,
+        kind: format!("com.amazonaws.sqs#{code}"),
+        message: message.into(),
+        extra: json!({}),
+    }
+}
+
+impl Sqs {
+    pub fn add(&mut self, q: Queue) {
+        self.queues.insert(q.name.clone(), q);
+    }
+
+    fn queue_name(&self, req: &Value) -> Result<String, Reply> {
+        let name = name_of_url(req["QueueUrl"].as_str().unwrap_or_default()).to_owned();
+        if self.queues.contains_key(&name) {
+            Ok(name)
+        } else {
+            Err(err(
+                "QueueDoesNotExist",
+                "The specified queue does not exist.",
+            ))
+        }
+    }
+
+    /// SQS deletes a message whose retention has run out, "in flight or
+    /// not", and never dead-letters it then
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html>:
+    /// "If you leave a message in the queue for longer than the queue's
+    /// configured retention period, Amazon SQS automatically deletes it").
+    pub fn expire(&mut self, wall: SystemTime, history: &mut History) {
+        for q in self.queues.values_mut() {
+            let retention = q.retention;
+            let gone: Vec<u64> = q
+                .messages
+                .iter()
+                .filter(|(_, m)| m.sent_at + retention <= wall)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in gone {
+                let m = q.messages.remove(&k).expect("present");
+                history.push(Event::Expired {
+                    queue: q.name.clone(),
+                    body: m.body,
+                });
+            }
+        }
+    }
+
+    /// Puts a message on a queue as SQS would on a successful send.
+    pub fn enqueue(
+        &mut self,
+        queue: &str,
+        body: String,
+        attributes: BTreeMap<String, Value>,
+        wall: SystemTime,
+        delay: Duration,
+    ) -> String {
+        self.next_seq += 1;
+        let id = format!("{queue}-m{:06}", self.next_seq);
+        let q = self.queues.get_mut(queue).expect("queue");
+        q.messages.insert(
+            self.next_seq,
+            Msg {
+                id: id.clone(),
+                body,
+                attributes,
+                sent_at: wall,
+                receive_count: 0,
+                visible_at: Instant::now() + delay,
+                handle: None,
+                received_at: None,
+                source_arn: None,
+            },
+        );
+        id
+    }
+
+    /// Validates one entry of a send (body and attributes) against the
+    /// queue's limits; the error code is the one SQS returns.
+    fn check_send(q: &Queue, entry: &Value) -> Result<(String, BTreeMap<String, Value>), Reply> {
+        let body = entry["MessageBody"].as_str().unwrap_or_default().to_owned();
+        if body.is_empty() {
+            return Err(err(
+                "InvalidParameterValue",
+                "The request must contain the parameter MessageBody.",
+            ));
+        }
+        if !sqs_text(&body) {
+            return Err(err("InvalidMessageContents", "Invalid characters found."));
+        }
+        let mut attributes = BTreeMap::new();
+        let mut size = body.len();
+        if let Some(map) = entry["MessageAttributes"].as_object() {
+            if map.len() > MAX_ATTRIBUTES {
+                return Err(err(
+                    "InvalidParameterValue",
+                    format!(
+                        "Number of message attributes [{}] exceeds the allowed maximum [{MAX_ATTRIBUTES}].",
+                        map.len()
+                    ),
+                ));
+            }
+            for (name, v) in map {
+                let value = v["StringValue"].as_str().unwrap_or_default();
+                let data_type = v["DataType"].as_str().unwrap_or_default();
+                if v.get("BinaryValue").is_some() {
+                    return Err(err(
+                        "InvalidParameterValue",
+                        "binary attributes are not modelled",
+                    ));
+                }
+                if !sqs_text(value) {
+                    return Err(err(
+                        "InvalidParameterValue",
+                        format!(
+                            "Message attribute '{name}' must contain non-empty message attribute value for message attribute type 'String'."
+                        ),
+                    ));
+                }
+                size += name.len() + data_type.len() + value.len();
+                attributes.insert(
+                    name.clone(),
+                    json!({"DataType": data_type, "StringValue": value}),
+                );
+            }
+        }
+        if size > q.max_message_size {
+            return Err(err(
+                "InvalidParameterValue",
+                format!(
+                    "One or more parameters are invalid. Reason: Message must be shorter than {} bytes.",
+                    q.max_message_size
+                ),
+            ));
+        }
+        if entry.get("MessageGroupId").is_some() {
+            return Err(err("InvalidParameterValue", "FIFO queues are not modelled"));
+        }
+        Ok((body, attributes))
+    }
+
+    pub fn apply(
+        &mut self,
+        op: &str,
+        req: &Value,
+        wall: SystemTime,
+        history: &mut History,
+    ) -> Reply {
+        self.expire(wall, history);
+        match op {
+            "GetQueueUrl" => {
+                let name = req["QueueName"].as_str().unwrap_or_default();
+                if self.queues.contains_key(name) {
+                    Reply::Ok(json!({"QueueUrl": url(name)}))
+                } else {
+                    err("QueueDoesNotExist", "The specified queue does not exist.")
+                }
+            }
+            "GetQueueAttributes" => self.get_attributes(req),
+            "ListDeadLetterSourceQueues" => {
+                let Ok(dlq) = self.queue_name(req) else {
+                    return err("QueueDoesNotExist", "The specified queue does not exist.");
+                };
+                let urls: Vec<String> = self
+                    .queues
+                    .values()
+                    .filter(|q| q.redrive.as_ref().is_some_and(|(d, _)| *d == dlq))
+                    .map(|q| url(&q.name))
+                    .collect();
+                Reply::Ok(json!({"queueUrls": urls}))
+            }
+            "SendMessage" => {
+                let name = match self.queue_name(req) {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let (body, attributes) = match Self::check_send(&self.queues[&name], req) {
+                    Ok(x) => x,
+                    Err(e) => return e,
+                };
+                let delay = Duration::from_secs(req["DelaySeconds"].as_u64().unwrap_or(0));
+                let id = self.enqueue(&name, body.clone(), attributes, wall, delay);
+                history.push(Event::Sent {
+                    queue: name,
+                    message_id: id.clone(),
+                    body,
+                });
+                Reply::Ok(json!({"MessageId": id, "MD5OfMessageBody": ""}))
+            }
+            "SendMessageBatch" => {
+                let name = match self.queue_name(req) {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let entries = req["Entries"].as_array().cloned().unwrap_or_default();
+                if entries.is_empty() || entries.len() > 10 {
+                    return err("TooManyEntriesInBatchRequest", "1 to 10 entries");
+                }
+                let (mut ok, mut failed) = (Vec::new(), Vec::new());
+                for e in &entries {
+                    let id = e["Id"].as_str().unwrap_or_default();
+                    match Self::check_send(&self.queues[&name], e) {
+                        Ok((body, attributes)) => {
+                            let delay =
+                                Duration::from_secs(e["DelaySeconds"].as_u64().unwrap_or(0));
+                            let mid = self.enqueue(&name, body.clone(), attributes, wall, delay);
+                            history.push(Event::Sent {
+                                queue: name.clone(),
+                                message_id: mid.clone(),
+                                body,
+                            });
+                            ok.push(json!({"Id": id, "MessageId": mid, "MD5OfMessageBody": ""}));
+                        }
+                        Err(Reply::Error { kind, message, .. }) => failed.push(json!({
+                            "Id": id, "SenderFault": true,
+                            "Code": kind.rsplit('#').next().unwrap_or_default(), "Message": message
+                        })),
+                        Err(other) => return other,
+                    }
+                }
+                Reply::Ok(json!({"Successful": ok, "Failed": failed}))
+            }
+            "ReceiveMessage" => self.receive(req, wall, history),
+            "DeleteMessage" => {
+                let name = match self.queue_name(req) {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let handle = req["ReceiptHandle"].as_str().unwrap_or_default();
+                match self.delete(&name, handle, history, "DeleteMessage") {
+                    Ok(()) => Reply::Ok(json!({})),
+                    Err(e) => e,
+                }
+            }
+            "DeleteMessageBatch" => {
+                let name = match self.queue_name(req) {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let (mut ok, mut failed) = (Vec::new(), Vec::new());
+                for e in req["Entries"].as_array().cloned().unwrap_or_default() {
+                    let id = e["Id"].as_str().unwrap_or_default().to_owned();
+                    let handle = e["ReceiptHandle"].as_str().unwrap_or_default();
+                    match self.delete(&name, handle, history, "DeleteMessageBatch") {
+                        Ok(()) => ok.push(json!({"Id": id})),
+                        Err(_) => failed.push(json!({"Id": id, "SenderFault": true, "Code": "ReceiptHandleIsInvalid", "Message": "invalid"})),
+                    }
+                }
+                Reply::Ok(json!({"Successful": ok, "Failed": failed}))
+            }
+            "ChangeMessageVisibility" => {
+                let name = match self.queue_name(req) {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let handle = req["ReceiptHandle"].as_str().unwrap_or_default();
+                let secs = req["VisibilityTimeout"].as_u64().unwrap_or(0);
+                match self.change_visibility(&name, handle, Duration::from_secs(secs)) {
+                    Ok(()) => Reply::Ok(json!({})),
+                    Err((code, m)) => err(code, m),
+                }
+            }
+            "ChangeMessageVisibilityBatch" => {
+                let name = match self.queue_name(req) {
+                    Ok(n) => n,
+                    Err(e) => return e,
+                };
+                let (mut ok, mut failed) = (Vec::new(), Vec::new());
+                for e in req["Entries"].as_array().cloned().unwrap_or_default() {
+                    let id = e["Id"].as_str().unwrap_or_default().to_owned();
+                    let handle = e["ReceiptHandle"].as_str().unwrap_or_default();
+                    let secs = e["VisibilityTimeout"].as_u64().unwrap_or(0);
+                    match self.change_visibility(&name, handle, Duration::from_secs(secs)) {
+                        Ok(()) => ok.push(json!({"Id": id})),
+                        Err((code, m)) => failed.push(
+                            json!({"Id": id, "SenderFault": true, "Code": code, "Message": m}),
+                        ),
+                    }
+                }
+                Reply::Ok(json!({"Successful": ok, "Failed": failed}))
+            }
+            other => err("UnsupportedOperation", format!("{other} is not modelled")),
+        }
+    }
+
+    fn get_attributes(&self, req: &Value) -> Reply {
+        let name = match self.queue_name(req) {
+            Ok(n) => n,
+            Err(e) => return e,
+        };
+        let q = &self.queues[&name];
+        let now = Instant::now();
+        let visible = q.messages.values().filter(|m| m.visible_at <= now).count();
+        let mut all = serde_json::Map::new();
+        let mut put = |k: &str, v: String| {
+            all.insert(k.into(), Value::String(v));
+        };
+        put("QueueArn", arn(&name));
+        put(
+            "VisibilityTimeout",
+            q.visibility_timeout.as_secs().to_string(),
+        );
+        put("MessageRetentionPeriod", q.retention.as_secs().to_string());
+        put("MaximumMessageSize", q.max_message_size.to_string());
+        put("ApproximateNumberOfMessages", visible.to_string());
+        put(
+            "ApproximateNumberOfMessagesNotVisible",
+            (q.messages.len() - visible).to_string(),
+        );
+        put("ApproximateNumberOfMessagesDelayed", "0".into());
+        put("DelaySeconds", "0".into());
+        put("ReceiveMessageWaitTimeSeconds", "0".into());
+        if let Some((dlq, max)) = &q.redrive {
+            put(
+                "RedrivePolicy",
+                json!({"deadLetterTargetArn": arn(dlq), "maxReceiveCount": max}).to_string(),
+            );
+        }
+        // Only what was asked for ("All" for everything); a standard queue
+        // has no FifoQueue attribute.
+        let asked: Vec<&str> = req["AttributeNames"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !asked.contains(&"All") {
+            all.retain(|k, _| asked.contains(&k.as_str()));
+        }
+        Reply::Ok(json!({"Attributes": all}))
+    }
+
+    /// A receive. A message whose receive count has reached the source's
+    /// `maxReceiveCount` is moved to the DLQ by the receive that would have
+    /// delivered it once more, keeping its MessageId
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html>:
+    /// "when the ReceiveCount for a message exceeds the maxReceiveCount for
+    /// a queue, Amazon SQS moves the message to a dead-letter queue (with
+    /// its original message ID)").
+    fn receive(&mut self, req: &Value, wall: SystemTime, history: &mut History) -> Reply {
+        let name = match self.queue_name(req) {
+            Ok(n) => n,
+            Err(e) => return e,
+        };
+        let max = req["MaxNumberOfMessages"]
+            .as_u64()
+            .unwrap_or(1)
+            .clamp(1, 10) as usize;
+        let visibility = req["VisibilityTimeout"]
+            .as_u64()
+            .map(Duration::from_secs)
+            .unwrap_or(self.queues[&name].visibility_timeout);
+        let system: Vec<String> = ["MessageSystemAttributeNames", "AttributeNames"]
+            .iter()
+            .flat_map(|k| req[*k].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        let wanted: Vec<String> = req["MessageAttributeNames"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let messages = self.take_visible(&name, max, visibility, wall, history);
+        let out: Vec<Value> = messages
+            .iter()
+            .map(|m| to_wire(m, &system, &wanted))
+            .collect();
+        Reply::Ok(json!({"Messages": out}))
+    }
+
+    /// Receives up to `max` visible messages (also for Lambda's event
+    /// source mapping, which polls on the function's behalf).
+    pub fn take_visible(
+        &mut self,
+        name: &str,
+        max: usize,
+        visibility: Duration,
+        wall: SystemTime,
+        history: &mut History,
+    ) -> Vec<Msg> {
+        self.expire(wall, history);
+        let now = Instant::now();
+        let redrive = self.queues[name].redrive.clone();
+        let mut out = Vec::new();
+        let mut moved = Vec::new();
+        {
+            let q = self.queues.get_mut(name).expect("queue");
+            for (seq, m) in q.messages.iter_mut() {
+                if out.len() == max {
+                    break;
+                }
+                if m.visible_at > now {
+                    continue;
+                }
+                if let Some((_, max_receives)) = &redrive
+                    && m.receive_count >= *max_receives
+                {
+                    moved.push(*seq);
+                    continue;
+                }
+                self.next_handle += 1;
+                m.receive_count += 1;
+                m.handle = Some(format!("rh-{}-{}", m.id, self.next_handle));
+                m.visible_at = now + visibility;
+                m.received_at = Some(now);
+                out.push(m.clone());
+            }
+        }
+        if let Some((dlq, _)) = redrive {
+            for seq in moved {
+                let mut m = self
+                    .queues
+                    .get_mut(name)
+                    .and_then(|q| q.messages.remove(&seq))
+                    .expect("present");
+                history.push(Event::Redriven {
+                    from: name.to_owned(),
+                    message_id: m.id.clone(),
+                    body: m.body.clone(),
+                });
+                m.source_arn = Some(arn(name));
+                m.receive_count = 0;
+                m.handle = None;
+                m.received_at = None;
+                m.visible_at = now;
+                self.next_seq += 1;
+                self.queues
+                    .get_mut(&dlq)
+                    .expect("dlq")
+                    .messages
+                    .insert(self.next_seq, m);
+            }
+        }
+        out
+    }
+
+    /// Deletes by receipt handle. Only the newest handle deletes; an older
+    /// one "will still succeed, but the message might not be deleted"
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html>);
+    /// a message already gone is a success too.
+    pub fn delete(
+        &mut self,
+        queue: &str,
+        handle: &str,
+        history: &mut History,
+        by: &str,
+    ) -> Result<(), Reply> {
+        if !handle.starts_with("rh-") {
+            return Err(err(
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle is invalid.",
+            ));
+        }
+        let q = self.queues.get_mut(queue).expect("queue");
+        let found = q
+            .messages
+            .iter()
+            .find(|(_, m)| m.handle.as_deref() == Some(handle))
+            .map(|(k, _)| *k);
+        if let Some(k) = found {
+            let m = q.messages.remove(&k).expect("present");
+            history.push(Event::Deleted {
+                queue: queue.to_owned(),
+                message_id: m.id,
+                body: m.body,
+                by: by.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets a received message's visibility timeout from now. The handle
+    /// must be the newest and the message in flight (else
+    /// `MessageNotInflight`), and the total time since the receive may not
+    /// pass 12 hours
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html>).
+    pub fn change_visibility(
+        &mut self,
+        queue: &str,
+        handle: &str,
+        timeout: Duration,
+    ) -> Result<(), (&'static str, String)> {
+        let now = Instant::now();
+        let q = self.queues.get_mut(queue).expect("queue");
+        let Some(m) = q
+            .messages
+            .values_mut()
+            .find(|m| m.handle.as_deref() == Some(handle))
+        else {
+            return Err((
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle is invalid.".into(),
+            ));
+        };
+        if m.visible_at <= now {
+            return Err((
+                "MessageNotInflight",
+                "The message referred to isn't in flight.".into(),
+            ));
+        }
+        let since = now - m.received_at.unwrap_or(now);
+        if timeout > MAX_VISIBILITY || since + timeout > MAX_VISIBILITY {
+            return Err((
+                "InvalidParameterValue",
+                format!(
+                    "Value {} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+                    timeout.as_secs()
+                ),
+            ));
+        }
+        m.visible_at = now + timeout;
+        Ok(())
+    }
+}
+
+/// A message as ReceiveMessage returns it: system attributes and message
+/// attributes only when asked for
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html>).
+pub fn to_wire(m: &Msg, system: &[String], wanted: &[String]) -> Value {
+    let all = system.iter().any(|s| s == "All");
+    let mut sys = serde_json::Map::new();
+    let mut put = |k: &str, v: String| {
+        if all || system.iter().any(|s| s == k) {
+            sys.insert(k.into(), Value::String(v));
+        }
+    };
+    put("ApproximateReceiveCount", m.receive_count.to_string());
+    put("SentTimestamp", epoch_ms(m.sent_at));
+    put("SenderId", "AIDASIMULATED".into());
+    if let Some(a) = &m.source_arn {
+        put("DeadLetterQueueSourceArn", a.clone());
+    }
+    let every = wanted.iter().any(|w| w == "All" || w == ".*");
+    let attrs: serde_json::Map<String, Value> = m
+        .attributes
+        .iter()
+        .filter(|(k, _)| every || wanted.iter().any(|w| w == *k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut out = json!({
+        "MessageId": m.id,
+        "ReceiptHandle": m.handle.clone().unwrap_or_default(),
+        "MD5OfBody": "",
+        "Body": m.body,
+        "Attributes": sys,
+    });
+    if !attrs.is_empty() {
+        out["MessageAttributes"] = Value::Object(attrs);
+    }
+    out
+}
