@@ -55,6 +55,13 @@ impl Ctx {
                 }
             );
         }
+        if report.again > 0 {
+            eprintln!(
+                "note: {} dead letters belong to jobs this run had already moved (they died again \
+                 meanwhile): left in the DLQ for the next run",
+                report.again
+            );
+        }
         let verb = if dry_run { "would move" } else { "moved" };
         println!(
             "{verb} {}, skipped {}, failed {}",
