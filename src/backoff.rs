@@ -182,10 +182,16 @@ pub enum InvalidBackoff {
 /// The visibility timeout to set for a retry.
 ///
 /// `delay` is [`Backoff::delay`] or an explicit retry-after from the
-/// handler. It is clamped so that `in_flight_so_far + timeout` stays within
-/// [`MAX_IN_FLIGHT`] minus [`IN_FLIGHT_SAFETY_MARGIN`] (saturating at zero
-/// rather than going negative), then rounded *down* to whole seconds, since
-/// SQS takes integer seconds and rounding up could cross the limit.
+/// handler. SQS takes whole seconds (0 to 43,200,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html>),
+/// and 0 makes the message visible at once, so the delay is rounded *up*:
+/// the next attempt never comes sooner than asked. Rounding down would
+/// turn every full-jitter draw under a second into an immediate redelivery
+/// that spends one of the queue's `maxReceiveCount` receives for nothing
+/// (the chaos suite lost jobs to the DLQ that way during an outage). The
+/// result is then clamped so that `in_flight_so_far + timeout` stays within
+/// [`MAX_IN_FLIGHT`] minus [`IN_FLIGHT_SAFETY_MARGIN`], in whole seconds
+/// rounded down (saturating at zero rather than going negative).
 ///
 /// `in_flight_so_far` is the time since the receive that returned the
 /// receipt handle; when it can only be estimated, overestimate it.
@@ -195,7 +201,9 @@ pub enum InvalidBackoff {
 /// use idemq::backoff::visibility_timeout;
 ///
 /// let h = |n: u64| Duration::from_secs(n * 3600);
-/// assert_eq!(visibility_timeout(Duration::from_millis(7_900), h(0)), Duration::from_secs(7));
+/// assert_eq!(visibility_timeout(Duration::from_millis(7_100), h(0)), Duration::from_secs(8));
+/// assert_eq!(visibility_timeout(Duration::from_millis(1), h(0)), Duration::from_secs(1));
+/// assert_eq!(visibility_timeout(Duration::ZERO, h(0)), Duration::ZERO);
 /// // 11 h already in flight: only 1 h - 5 s of room is left.
 /// assert_eq!(visibility_timeout(h(3), h(11)), Duration::from_secs(3600 - 5));
 /// assert_eq!(visibility_timeout(h(3), h(12)), Duration::ZERO);
@@ -204,7 +212,10 @@ pub fn visibility_timeout(delay: Duration, in_flight_so_far: Duration) -> Durati
     let room = MAX_IN_FLIGHT
         .saturating_sub(IN_FLIGHT_SAFETY_MARGIN)
         .saturating_sub(in_flight_so_far);
-    Duration::from_secs(delay.min(room).as_secs())
+    let asked = delay
+        .as_secs()
+        .saturating_add(u64::from(delay.subsec_nanos() > 0));
+    Duration::from_secs(asked.min(room.as_secs()))
 }
 
 /// Room kept below a queue's retention when idemq decides whether a retry
@@ -601,9 +612,10 @@ mod tests {
 
     #[test]
     fn visibility_timeout_examples() {
-        // Room left: the delay, rounded down.
-        assert_eq!(visibility_timeout(ms(7_999), secs(0)), secs(7));
-        assert_eq!(visibility_timeout(ms(999), secs(100)), secs(0));
+        // Room left: the delay, rounded up (never sooner than asked).
+        assert_eq!(visibility_timeout(ms(7_001), secs(0)), secs(8));
+        assert_eq!(visibility_timeout(ms(999), secs(100)), secs(1));
+        assert_eq!(visibility_timeout(ms(0), secs(100)), secs(0));
         assert_eq!(visibility_timeout(secs(900), secs(30)), secs(900));
         // Exactly at the limit.
         assert_eq!(visibility_timeout(LIMIT, Duration::ZERO), LIMIT);
@@ -844,7 +856,7 @@ mod tests {
             let (d, f) = (ms(delay_ms), ms(in_flight_ms));
             let t = visibility_timeout(d, f);
             prop_assert_eq!(t.subsec_nanos(), 0, "not whole seconds: {:?}", t);
-            prop_assert!(t <= d);
+            prop_assert!(t < d + secs(1));
             if f <= LIMIT {
                 prop_assert!(t + f <= LIMIT, "{:?} + {:?} > 12 h - 5 s", t, f);
             } else {
@@ -852,8 +864,9 @@ mod tests {
             }
             // Not clamped when there is room: a timeout that always returned
             // zero would pass the bounds above but fail here.
-            if d + f <= LIMIT {
-                prop_assert_eq!(t, secs(d.as_secs()));
+            if d + f + secs(1) <= LIMIT {
+                prop_assert_eq!(t, secs(d.as_secs() + u64::from(d.subsec_nanos() > 0)));
+                prop_assert!(t >= d, "sooner than asked: {:?} < {:?}", t, d);
             } else {
                 prop_assert!(f + t + secs(1) > LIMIT, "clamped more than needed");
             }

@@ -272,8 +272,26 @@ async fn check(sdk: &aws_config::SdkConfig, res: &InitReport, sent: &HashSet<Str
             break;
         }
     }
-    let dead: HashSet<String> = drain(&sqs, &res.dlq_url)
-        .await
+    let letters = drain(&sqs, &res.dlq_url).await;
+    // A dead-lettered job is printed with its context (idemq's attributes
+    // or, after SQS's own redrive, just its receive count), so a failing
+    // run says why it happened.
+    for m in &letters {
+        let context: Vec<String> = m
+            .message_attributes()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some(format!("{k}={}", v.string_value()?)))
+            .collect();
+        eprintln!(
+            "dead-lettered: {}, receives {:?}",
+            context.join(", "),
+            m.attributes()
+                .and_then(|a| a
+                    .get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount))
+        );
+    }
+    let dead: HashSet<String> = letters
         .iter()
         .map(|m| attribute(m, "idemq-job-id").to_owned())
         .collect();
@@ -537,14 +555,20 @@ impl Drop for Proxy {
 /// 5–7. Through the fault proxy: 30% throttling, 10% fake
 /// `TransactionConflict` cancellations and 10% responses dropped after the
 /// transaction was applied, with a 10 s total outage in the middle. No
-/// worker dies of it, nothing is lost or doubled, nothing reaches the DLQ
-/// (maxReceiveCount 10 bounds the attempts), and the dropped responses come
-/// back as duplicates.
+/// worker dies of it, nothing is lost or doubled, nothing reaches the DLQ,
+/// and the dropped responses come back as duplicates.
+///
+/// maxReceiveCount 16 bounds the attempts: the outage spends about five
+/// receives of every job in flight (retries wait at least 1 s, their
+/// ceilings 1, 2, then 4 s), and each later attempt fails with p ≈ 0.22
+/// (conflict 0.1, dropped 0.1, throttling that outlives the SDK's three
+/// tries 0.3³), so eleven failures in a row are ~6e-8 per job. With 10, the
+/// run failed in CI: one job of 150 was redriven after 11 receives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "chaos suite: make test-chaos"]
 async fn s5_6_7_throttling_conflicts_outage_and_lost_responses() {
     let sdk = sdk().await;
-    let res = init_queue(&sdk, "chaos", false, 10, 4).await;
+    let res = init_queue(&sdk, "chaos", false, 16, 4).await;
     let sent = send_ok(&sdk, &res, "s5", jobs(600)).await;
     let proxy = Proxy::start(&scratch());
     let faults = serde_json::json!({"throttle": 0.3, "conflict": 0.1, "drop_after_apply": 0.1});
