@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `cargo lambda watch` serving examples/lambda_probe.rs on the local stack, for
+# `cargo lambda watch` serving tests/support/lambda_probe.rs on the local stack, for
 # the Lambda runtime contract tests (tests/lambda_local.rs).
 #
 #   scripts/lambda.sh up       build and start it (idempotent); needs `scripts/stack.sh up`
@@ -23,7 +23,7 @@
 #
 # The deadline: watch 1.9.2 has no function timeout and sends the constant
 # `Lambda-Runtime-Deadline-Ms: 600000` (1970). PROBE_FUNCTION_TIMEOUT makes
-# the probe replace it with now + timeout (see examples/lambda_probe.rs).
+# the probe replace it with now + timeout (see tests/support/lambda_probe.rs).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

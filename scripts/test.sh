@@ -71,7 +71,7 @@ CHAOS_JOBS=150 scripts/chaos.sh
 # ---------------------------------------------------------------------------
 # Lambda runtime contract (scripts/lambda.sh, tests/lambda_local.rs)
 # ---------------------------------------------------------------------------
-# `cargo lambda watch` serves examples/lambda_probe.rs on the stack above and
+# `cargo lambda watch` serves tests/support/lambda_probe.rs on the stack above and
 # tests/lambda_local.rs invokes it with the SQS event fixtures. The tests that
 # need the server are #[ignore]d, so the --all-targets run above built them but
 # skipped them; they run here from that build. Watch's `cargo run --example

@@ -157,7 +157,7 @@ impl HttpConnector for Fake {
     }
 }
 
-/// The probe's job (examples/lambda_probe.rs), decoded from the body.
+/// The probe's job (tests/support/lambda_probe.rs), decoded from the body.
 #[derive(serde::Deserialize)]
 struct ProbeJob {
     id: String,

@@ -2,7 +2,7 @@
 //!
 //! Jobs are counters (`ADD n :1` on `probe#<id>`, the contract probe's
 //! `ok` job), so a double apply shows as 2. Worker processes of
-//! `examples/lambda_probe` built with `--features failpoints` run on the
+//! `tests/support/lambda_probe.rs` built with `--features failpoints` run on the
 //! local stack while faults are injected: failpoints that abort the process
 //! (like SIGKILL) at chosen places, SIGKILL and SIGSTOP from outside, and a
 //! loopback proxy (`scripts/chaos_proxy.py`) that throttles, cuts off,

@@ -1,5 +1,5 @@
 //! idemq's Lambda host under a real Lambda Runtime API: `cargo lambda watch`
-//! runs `examples/lambda_probe.rs` (through `idemq::run`, as on Lambda) and
+//! runs `tests/support/lambda_probe.rs` (through `idemq::run`, as on Lambda) and
 //! these tests invoke it with the SQS events in `tests/fixtures/`, through
 //! `cargo lambda invoke`, then check the partial batch response and what
 //! the batch did to DynamoDB and the DLQ on the local stack.
