@@ -18,7 +18,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
 use futures_util::{StreamExt, stream};
-use idemq::batch::BatchConfig;
+use idemq::config::BatchConfig;
 use idemq::host::Host;
 use idemq::init::{InitSpec, init};
 use idemq::worker::{WorkerArgs, serve};

@@ -37,12 +37,11 @@ use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use futures_util::{FutureExt, StreamExt, stream};
 use tracing::Instrument;
 
-use crate::backoff::{
-    Backoff, RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout,
-};
+use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
 use crate::classify::{Attempt, Failure, Verdict, classify};
 use crate::commit::{Committer, JobRef};
-use crate::dlq::{DeadLetter, DeadLetters, FailureRecord};
+use crate::config::BatchConfig;
+use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
 use crate::handler::{Handler, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
@@ -110,18 +109,6 @@ pub fn epoch_ms(value: &str) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
-/// Batch behaviour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchConfig {
-    /// Jobs (or FIFO groups) run at once.
-    pub concurrency: usize,
-    /// No job starts when less than this is left before the deadline, a
-    /// running job is abandoned (reported failed) at half of it, and the
-    /// work after the handlers is over at an eighth of it: see [`Budget`].
-    pub deadline_margin: Duration,
-    pub backoff: Backoff,
-}
-
 /// When each stage of a batch must be over, from the batch's deadline and
 /// its [`BatchConfig::deadline_margin`] `m` (2 s by default):
 ///
@@ -167,16 +154,6 @@ async fn bounded<F: Future>(by: Instant, fut: F) -> Option<F::Output> {
         return None;
     }
     tokio::time::timeout_at(until, fut).await.ok()
-}
-
-impl Default for BatchConfig {
-    fn default() -> Self {
-        Self {
-            concurrency: 10,
-            deadline_margin: Duration::from_secs(2),
-            backoff: Backoff::DEFAULT,
-        }
-    }
 }
 
 /// What happened to a batch.

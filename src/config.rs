@@ -1,4 +1,5 @@
-//! Configuration: behaviour settings and table layout, kept apart.
+//! Configuration: behaviour settings ([`IdempotencyConfig`], [`BatchConfig`])
+//! and table layout ([`TableLayout`]), kept apart.
 //!
 //! Behaviour (how long markers live, where a job id is found) changes with
 //! the workload; layout (attribute names) changes only with the table. Both
@@ -7,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::job::JobIdResolver;
 
 /// Default marker lifetime: source retention (up to 14 days) is rarely that
@@ -272,6 +274,68 @@ pub fn log_filter(
         .map_err(|e| invalid(e.to_string()))
 }
 
+/// Batch behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Jobs (or FIFO groups) run at once.
+    pub concurrency: usize,
+    /// No job starts when less than this is left before the deadline, a
+    /// running job is abandoned (reported failed) at half of it, and the
+    /// work after the handlers is over at an eighth of it: see [`Budget`].
+    pub deadline_margin: Duration,
+    pub backoff: Backoff,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            concurrency: 10,
+            deadline_margin: Duration::from_secs(2),
+            backoff: Backoff::DEFAULT,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// `IDEMQ_CONCURRENCY` (default 10), `IDEMQ_DEADLINE_MARGIN` (default
+    /// `2s`), `IDEMQ_BACKOFF_BASE` (default `2s`), `IDEMQ_BACKOFF_CAP`
+    /// (default `15m`).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        if let Some(v) = get("IDEMQ_CONCURRENCY") {
+            c.concurrency = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    var: "IDEMQ_CONCURRENCY",
+                    value: v.clone(),
+                    why: "a whole number from 1 to 1000".into(),
+                })?;
+        }
+        if let Some(v) = get("IDEMQ_DEADLINE_MARGIN") {
+            c.deadline_margin = parse_duration("IDEMQ_DEADLINE_MARGIN", &v)?;
+        }
+        let mut backoff = Backoff::DEFAULT;
+        if let Some(v) = get("IDEMQ_BACKOFF_BASE") {
+            backoff = backoff.with_base(parse_duration("IDEMQ_BACKOFF_BASE", &v)?);
+        }
+        if let Some(v) = get("IDEMQ_BACKOFF_CAP") {
+            backoff = backoff.with_cap(parse_duration("IDEMQ_BACKOFF_CAP", &v)?);
+        }
+        c.backoff = backoff.validate().map_err(|e| ConfigError::Invalid {
+            var: "IDEMQ_BACKOFF_BASE/IDEMQ_BACKOFF_CAP",
+            value: format!("{:?}/{:?}", backoff.base(), backoff.cap()),
+            why: e.to_string(),
+        })?;
+        Ok(c)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +350,28 @@ mod tests {
     }
 
     const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    #[test]
+    fn batch_config_from_env() {
+        let none = |_: &str| None;
+        assert_eq!(
+            BatchConfig::from_lookup(none).unwrap(),
+            BatchConfig::default()
+        );
+        let c = BatchConfig::from_lookup(|k| match k {
+            "IDEMQ_CONCURRENCY" => Some("4".into()),
+            "IDEMQ_BACKOFF_BASE" => Some("1s".into()),
+            "IDEMQ_BACKOFF_CAP" => Some("2s".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.concurrency, 4);
+        assert_eq!(c.backoff.ceiling(5), Duration::from_secs(2));
+        let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_CONCURRENCY").then(|| "0".into()));
+        assert!(bad.unwrap_err().to_string().contains("IDEMQ_CONCURRENCY"));
+        let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_BACKOFF_CAP").then(|| "13h".into()));
+        assert!(bad.is_err());
+    }
 
     #[test]
     fn ttl_must_cover_both_retentions_and_a_replay_day() {

@@ -3,57 +3,15 @@
 
 use std::time::Duration;
 
-use crate::backoff::Backoff;
-use crate::batch::{BatchConfig, Processor};
+use crate::batch::Processor;
 use crate::commit::Committer;
-use crate::config::{ConfigError, IdempotencyConfig, TableLayout, parse_duration};
-use crate::dlq::DeadLetters;
+use crate::config::{BatchConfig, IdempotencyConfig, TableLayout};
+use crate::dead_letter::DeadLetters;
 use crate::handler::Handler;
-use crate::init::retention;
 use crate::queue::QueueInfo;
 
 /// Any error that stops a host from starting or running.
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-impl BatchConfig {
-    /// `IDEMQ_CONCURRENCY` (default 10), `IDEMQ_DEADLINE_MARGIN` (default
-    /// `2s`), `IDEMQ_BACKOFF_BASE` (default `2s`), `IDEMQ_BACKOFF_CAP`
-    /// (default `15m`).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut c = Self::default();
-        if let Some(v) = get("IDEMQ_CONCURRENCY") {
-            c.concurrency = v
-                .parse()
-                .ok()
-                .filter(|n| (1..=1000).contains(n))
-                .ok_or_else(|| ConfigError::Invalid {
-                    var: "IDEMQ_CONCURRENCY",
-                    value: v.clone(),
-                    why: "a whole number from 1 to 1000".into(),
-                })?;
-        }
-        if let Some(v) = get("IDEMQ_DEADLINE_MARGIN") {
-            c.deadline_margin = parse_duration("IDEMQ_DEADLINE_MARGIN", &v)?;
-        }
-        let mut backoff = Backoff::DEFAULT;
-        if let Some(v) = get("IDEMQ_BACKOFF_BASE") {
-            backoff = backoff.with_base(parse_duration("IDEMQ_BACKOFF_BASE", &v)?);
-        }
-        if let Some(v) = get("IDEMQ_BACKOFF_CAP") {
-            backoff = backoff.with_cap(parse_duration("IDEMQ_BACKOFF_CAP", &v)?);
-        }
-        c.backoff = backoff.validate().map_err(|e| ConfigError::Invalid {
-            var: "IDEMQ_BACKOFF_BASE/IDEMQ_BACKOFF_CAP",
-            value: format!("{:?}/{:?}", backoff.base(), backoff.cap()),
-            why: e.to_string(),
-        })?;
-        Ok(c)
-    }
-}
 
 /// Clients and the processor, built once.
 pub struct Host<H> {
@@ -144,41 +102,13 @@ impl<H: Handler> Host<H> {
             }
         }
         if let Some(dlq) = &info.dlq_url {
-            let (source, dlq) = (
-                retention(&self.sqs, queue_url).await?,
-                retention(&self.sqs, dlq).await?,
-            );
-            if let Err(e) = crate::config::check_marker_ttl(self.marker_ttl, source, dlq) {
+            let dlq_retention = crate::queue::retention(&self.sqs, dlq).await?;
+            if let Err(e) =
+                crate::config::check_marker_ttl(self.marker_ttl, info.retention, dlq_retention)
+            {
                 tracing::warn!("{e}");
             }
         }
         Ok(info)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_config_from_env() {
-        let none = |_: &str| None;
-        assert_eq!(
-            BatchConfig::from_lookup(none).unwrap(),
-            BatchConfig::default()
-        );
-        let c = BatchConfig::from_lookup(|k| match k {
-            "IDEMQ_CONCURRENCY" => Some("4".into()),
-            "IDEMQ_BACKOFF_BASE" => Some("1s".into()),
-            "IDEMQ_BACKOFF_CAP" => Some("2s".into()),
-            _ => None,
-        })
-        .unwrap();
-        assert_eq!(c.concurrency, 4);
-        assert_eq!(c.backoff.ceiling(5), Duration::from_secs(2));
-        let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_CONCURRENCY").then(|| "0".into()));
-        assert!(bad.unwrap_err().to_string().contains("IDEMQ_CONCURRENCY"));
-        let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_BACKOFF_CAP").then(|| "13h".into()));
-        assert!(bad.is_err());
     }
 }

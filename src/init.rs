@@ -264,7 +264,9 @@ pub async fn init_with(
         created.push(format!("table {}", spec.layout.table_name));
     }
 
-    let source_retention = retention(sqs, &queue_url).await?;
+    let source_retention = crate::queue::retention(sqs, &queue_url)
+        .await
+        .map_err(|e| InitError::Sqs(e.to_string()))?;
     if !SOURCE_RETENTION_RANGE.contains(&source_retention) {
         violations.push(format!(
             "queue {queue_name} keeps messages {} s; the templates allow {} to {} s \
@@ -296,7 +298,7 @@ pub async fn init_with(
 /// consumers' backoff (`IDEMQ_BACKOFF_BASE` / `IDEMQ_BACKOFF_CAP`, or the
 /// default when unset or invalid) and `retention`.
 pub fn retry_budget_warning(spec: &InitSpec, retention: Duration) -> Option<String> {
-    let backoff = crate::batch::BatchConfig::from_env()
+    let backoff = crate::config::BatchConfig::from_env()
         .map(|c| c.backoff)
         .unwrap_or_default();
     crate::backoff::check_retries_fit_retention(
@@ -424,16 +426,6 @@ async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, InitE
         .await?
         .remove(&Attr::QueueArn)
         .ok_or_else(|| InitError::Sqs(format!("queue {url} has no QueueArn")))
-}
-
-/// A queue's `MessageRetentionPeriod`.
-pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, InitError> {
-    let attrs = queue_attributes(sqs, url).await?;
-    let secs = attrs
-        .get(&Attr::MessageRetentionPeriod)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SOURCE_RETENTION.as_secs());
-    Ok(Duration::from_secs(secs))
 }
 
 /// Creates the table as the templates do, or verifies the existing one's

@@ -28,7 +28,8 @@ use lambda_runtime::LambdaEvent;
 use lambda_runtime::tower::Service;
 use tokio::sync::Mutex;
 
-use crate::batch::{BatchConfig, Message};
+use crate::batch::Message;
+use crate::config::BatchConfig;
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
 use crate::queue::{QueueInfo, url_of_arn};

@@ -13,6 +13,9 @@
 //! - [`commit`]: the dedup transaction and its outcomes;
 //! - [`config`]: `IDEMQ_*` settings and the table layout;
 //! - [`init`]: creating or verifying the queue, DLQ and table;
+//! - [`dead_letter`]: what a failed job leaves (failure records, idemq's own
+//!   dead letters with their context); [`dlq`]: the operator's tools that
+//!   read, redrive, export and import them;
 //! - `lambda` (feature `lambda`): the Lambda host, and
 //!   `lambda::BatchService`, the SQS batch handler as a tower service for a
 //!   `main` of your own;
@@ -30,6 +33,7 @@ pub mod classify;
 pub mod clock;
 pub mod commit;
 pub mod config;
+pub mod dead_letter;
 pub mod dlq;
 pub mod effect;
 pub mod handler;

@@ -25,6 +25,32 @@ pub enum QueueError {
     Sqs(String),
 }
 
+/// SQS's `MessageRetentionPeriod` when a queue is created without one: 4
+/// days
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html>).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+
+/// A queue's `MessageRetentionPeriod` (for a DLQ, whose `RedrivePolicy`
+/// [`QueueInfo::discover`] does not read).
+pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, QueueError> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+        .send()
+        .await
+        .map_err(|e| match e.as_service_error() {
+            Some(se) if se.is_queue_does_not_exist() => QueueError::NotFound(url.to_owned()),
+            _ => QueueError::Sqs(DisplayErrorContext(e).to_string()),
+        })?;
+    let secs = out
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_RETENTION.as_secs());
+    Ok(Duration::from_secs(secs))
+}
+
 /// Where a queue's dead letters go, read once at cold start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueInfo {
@@ -76,7 +102,10 @@ impl QueueInfo {
         };
         // SQS's defaults, should an emulator leave them out.
         let visibility_timeout = secs(QueueAttributeName::VisibilityTimeout, 30);
-        let retention = secs(QueueAttributeName::MessageRetentionPeriod, 4 * 24 * 3600);
+        let retention = secs(
+            QueueAttributeName::MessageRetentionPeriod,
+            DEFAULT_RETENTION.as_secs(),
+        );
         let redrive = attrs
             .get(&QueueAttributeName::RedrivePolicy)
             .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok());

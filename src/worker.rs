@@ -18,7 +18,8 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use clap::Parser;
 use tokio::sync::Notify;
 
-use crate::batch::{BatchConfig, Message};
+use crate::batch::Message;
+use crate::config::BatchConfig;
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
 use crate::metrics::BatchMetrics;

@@ -17,10 +17,11 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
-use idemq::batch::{BatchConfig, Budget, Message, Processor};
+use idemq::batch::{Budget, Message, Processor};
 use idemq::classify::{FailureKind, Verdict};
+use idemq::config::BatchConfig;
 use idemq::config::DEFAULT_MARKER_TTL;
-use idemq::dlq::DeadLetters;
+use idemq::dead_letter::DeadLetters;
 use idemq::handler::{JobError, JobMeta, handler_fn};
 use idemq::queue::QueueInfo;
 use idemq::{Committer, Effect, JobIdResolver, TableLayout};

@@ -19,9 +19,9 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use common::{drain, idemq, init_queue, sdk, string_attribute};
 use idemq::backoff::Backoff;
-use idemq::batch::BatchConfig;
 use idemq::classify::{Failure, FailureKind};
-use idemq::dlq::{
+use idemq::config::BatchConfig;
+use idemq::dead_letter::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetters, FailureRecord,
     MAX_RECORD_CHAIN, MAX_RECORD_ERROR,
 };

@@ -29,7 +29,7 @@ use common::{attribute, drain, number, sdk, unique};
 use idemq::TableLayout;
 use idemq::classify::FailureKind;
 use idemq::config::DEFAULT_MARKER_TTL;
-use idemq::dlq::DeadLetters;
+use idemq::dead_letter::DeadLetters;
 use idemq::init::{InitSpec, init};
 use serde_json::Value;
 

@@ -179,7 +179,7 @@ async fn idemq_send_with_a_duplicated_line_gives_one_effect() {
     args.table = Some(res.table_name.clone());
     args.concurrency = Some(1);
     args.exit_when_idle = Some(3);
-    let totals = idemq::worker::run_with(ledger, args, idemq::batch::BatchConfig::default())
+    let totals = idemq::worker::run_with(ledger, args, idemq::config::BatchConfig::default())
         .await
         .unwrap();
     assert_eq!(

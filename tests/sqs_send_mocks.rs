@@ -18,7 +18,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageB
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 use idemq::TableLayout;
 use idemq::classify::{Failure, FailureKind};
-use idemq::dlq::{
+use idemq::dead_letter::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
     DlqError, FailureRecord,
 };

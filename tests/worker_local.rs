@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntry};
 use common::{attribute, drain, init_queue, number, sdk, string_attribute};
 use idemq::backoff::Backoff;
-use idemq::batch::BatchConfig;
-use idemq::dlq::DeadLetters;
+use idemq::config::BatchConfig;
+use idemq::dead_letter::DeadLetters;
 use idemq::worker::{WorkerArgs, run_with};
 use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
 

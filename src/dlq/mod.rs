@@ -1,45 +1,12 @@
-//! Dead letters with context, and the tools to act on them.
+//! The operator's dead-letter tooling (`idemq dlq`).
 //!
-//! SQS's native redrive moves a message to the DLQ after maxReceiveCount
-//! receives but keeps no trace of *why*. So every failed attempt writes a
-//! failure record (job id, attempt, error and its chain, time, source queue,
-//! payload hash) to the idemq table ([`record`]), and a message
-//! dead-lettered by idemq itself (a permanent failure) also carries that
-//! context as `idemq-*` attributes, as far as SQS's limits allow: the
-//! copy always carries the producer's attributes and `idemq-job-id`, and
-//! the context only what is left of the 10 attributes and of the DLQ's
-//! `MaximumMessageSize` ([`DeadLetters::send`]), so it is never refused
-//! for idemq's additions and can always be redriven.
-//!
-//! The operator side (`idemq dlq`): [`peek`] reads the DLQ without consuming
+//! The runtime side, what a consumer does when a job fails (failure
+//! records, idemq's own dead letters with their context), is
+//! [`crate::dead_letter`]. Here: [`peek`] reads the DLQ without consuming
 //! it, [`redrive`] moves dead letters back (sending before deleting, so a
 //! kill at any instant loses nothing), [`archive`] exports and imports them
 //! as JSON lines.
 
 pub mod archive;
 pub mod peek;
-pub mod record;
 pub mod redrive;
-
-pub use record::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
-    FailureRecord, MAX_RECORD_CHAIN, MAX_RECORD_ERROR,
-};
-
-#[derive(Debug, thiserror::Error)]
-pub enum DlqError {
-    #[error("DynamoDB: {0}")]
-    DynamoDb(String),
-    #[error("SQS: {0}")]
-    Sqs(String),
-    /// The message alone (body, producer attributes, `idemq-job-id`) is
-    /// over the DLQ's `MaximumMessageSize`.
-    #[error(
-        "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
-    )]
-    TooLarge {
-        message_id: String,
-        bytes: usize,
-        limit: usize,
-    },
-}

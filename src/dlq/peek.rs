@@ -15,7 +15,7 @@ use aws_sdk_sqs::types::{
 };
 use serde::Serialize;
 
-use super::{
+use crate::dead_letter::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError, FailureRecord,
 };
 use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};

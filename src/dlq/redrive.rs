@@ -25,7 +25,7 @@ use futures_util::future::join_all;
 use serde::Serialize;
 
 use super::peek::{Context, DeadMessage, Peek, Sweep};
-use super::{DeadLetters, DlqError};
+use crate::dead_letter::{DeadLetters, DlqError};
 use crate::job::JobIdResolver;
 use crate::producer::{Job, Producer};
 use crate::queue::url_of_arn;

@@ -168,9 +168,9 @@ pub async fn work_until_idle<H: idemq::handler::Handler>(
     args.batch_size = 10;
     args.concurrency = Some(concurrency);
     args.exit_when_idle = Some(idle_secs);
-    let batch = idemq::batch::BatchConfig {
+    let batch = idemq::config::BatchConfig {
         backoff,
-        ..idemq::batch::BatchConfig::default()
+        ..idemq::config::BatchConfig::default()
     };
     idemq::worker::run_with(handler, args, batch)
         .await

@@ -16,7 +16,7 @@ is never kept by hand. How:
 
 Function-level rather than module-level, because modules mix both sides:
 src/init.rs is the CLI's `idemq init` but also has `retention()`, which the
-function uses; src/dlq/record.rs writes failure records for the function and
+function uses; src/dead_letter.rs writes failure records for the function and
 reads them in bulk for `idemq dlq`.
 """
 
@@ -192,7 +192,7 @@ def strip_test_modules(text: str) -> str:
 
 @dataclass
 class Fn:
-    module: str  # e.g. "queue", "dlq::record", "bin:idemq", "example:ledger"
+    module: str  # e.g. "queue", "dead_letter", "bin:idemq", "example:ledger"
     owner: str | None  # the impl/trait type for methods, None for free fns
     name: str
     params: int  # parameters other than self

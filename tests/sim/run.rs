@@ -7,8 +7,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
-use idemq::batch::{BatchConfig, Processor};
-use idemq::dlq::DeadLetters;
+use idemq::batch::Processor;
+use idemq::config::BatchConfig;
+use idemq::dead_letter::DeadLetters;
 use idemq::dlq::peek::Peek;
 use idemq::dlq::redrive::{Redrive, RedriveOptions};
 use idemq::effect::{Key, Write};

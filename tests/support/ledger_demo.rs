@@ -142,7 +142,7 @@ async fn check(
             }
             let attrs = m.message_attributes();
             let reason = attrs
-                .and_then(|a| a.get(idemq::dlq::ATTR_ERROR))
+                .and_then(|a| a.get(idemq::dead_letter::ATTR_ERROR))
                 .and_then(|v| v.string_value())
                 .map_or(
                     "retries exhausted (SQS redrive; see its failure record)".to_owned(),

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use idemq::TableLayout;
 use idemq::config::{DEFAULT_MARKER_TTL, IdempotencyConfig};
-use idemq::dlq::DeadLetters;
+use idemq::dead_letter::DeadLetters;
 use idemq::dlq::peek::{Context, DeadMessage, Peek};
 use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions, dead_letter_sources};
 use idemq::job::JobIdResolver;

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idemq::dlq::FailureRecord;
+use idemq::dead_letter::FailureRecord;
 
 use super::{CmdResult, Ctx, one_line, unseen_warning};
 

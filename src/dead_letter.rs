@@ -1,4 +1,18 @@
-//! Failure records and the context attributes of idemq's own dead letters.
+//! Dead letters with context: the runtime side of a failed job.
+//!
+//! SQS's native redrive moves a message to the DLQ after maxReceiveCount
+//! receives but keeps no trace of *why*. So every failed attempt writes a
+//! failure record (job id, attempt, error and its chain, time, source queue,
+//! payload hash) to the idemq table ([`FailureRecord`],
+//! [`DeadLetters::record`]), and a message dead-lettered by idemq itself (a
+//! permanent failure) also carries that context as `idemq-*` attributes, as
+//! far as SQS's limits allow: the copy always carries the producer's
+//! attributes and `idemq-job-id`, and the context only what is left of the
+//! 10 attributes and of the DLQ's `MaximumMessageSize`
+//! ([`DeadLetters::send`]), so it is never refused for idemq's additions
+//! and can always be redriven.
+//!
+//! The operator's tools that read and replay them are in [`crate::dlq`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +25,6 @@ use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 
-use super::DlqError;
 use crate::classify::Failure;
 use crate::config::TableLayout;
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
@@ -36,6 +49,24 @@ pub const MAX_RECORD_ERROR: usize = 8 * 1024;
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-items>),
 /// so an error chain of any length can never make the PutItem fail.
 pub const MAX_RECORD_CHAIN: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    #[error("DynamoDB: {0}")]
+    DynamoDb(String),
+    #[error("SQS: {0}")]
+    Sqs(String),
+    /// The message alone (body, producer attributes, `idemq-job-id`) is
+    /// over the DLQ's `MaximumMessageSize`.
+    #[error(
+        "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
+    )]
+    TooLarge {
+        message_id: String,
+        bytes: usize,
+        limit: usize,
+    },
+}
 
 /// One failed attempt, as stored under `idemq#failure#<job id>` (the latest
 /// attempt overwrites the one before, so the record says how the job last
