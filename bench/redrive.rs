@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use idemq::dlq::peek::Peek;
-use idemq::dlq::redrive::{Redrive, RedriveOptions, native_status, queue_arn, start_native};
+use idemq::dlq::redrive::{Redrive, RedriveOptions, native_status, start_native};
 use idemq::producer::{Job, Producer};
 
 #[allow(dead_code)]
@@ -63,7 +63,7 @@ async fn main() -> Result<(), Error> {
     let dlq = queue(&c.sqs, &format!("bench-dlq-{run}")).await?;
     let target = queue(&c.sqs, &format!("bench-target-{run}")).await?;
     // SQS moves only out of a queue that some RedrivePolicy names.
-    let policy = serde_json::json!({"deadLetterTargetArn": queue_arn(&c.sqs, &dlq).await?, "maxReceiveCount": 5});
+    let policy = serde_json::json!({"deadLetterTargetArn": idemq::queue::arn(&c.sqs, &dlq).await?, "maxReceiveCount": 5});
     c.sqs
         .set_queue_attributes()
         .queue_url(&target)
@@ -94,8 +94,8 @@ async fn main() -> Result<(), Error> {
 
     // SQS's own move task, same messages.
     fill(&c.sqs, &dlq, n).await?;
-    let dlq_arn = queue_arn(&c.sqs, &dlq).await?;
-    let target_arn = queue_arn(&c.sqs, &target).await?;
+    let dlq_arn = idemq::queue::arn(&c.sqs, &dlq).await?;
+    let target_arn = idemq::queue::arn(&c.sqs, &target).await?;
     c.counter.take();
     let start = Instant::now();
     start_native(&c.sqs, &dlq_arn, Some(&target_arn), Some(500)).await?;

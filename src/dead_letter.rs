@@ -68,6 +68,15 @@ pub enum DlqError {
     },
 }
 
+impl From<crate::queue::QueueError> for DlqError {
+    fn from(e: crate::queue::QueueError) -> Self {
+        match e {
+            crate::queue::QueueError::Sqs(s) => Self::Sqs(s),
+            other => Self::Sqs(other.to_string()),
+        }
+    }
+}
+
 /// One failed attempt, as stored under `idemq#failure#<job id>` (the latest
 /// attempt overwrites the one before, so the record says how the job last
 /// failed and how many times).
@@ -405,23 +414,18 @@ impl DeadLetters {
         if let Some(&n) = self.dlq_sizes.lock().expect("lock").get(dlq_url) {
             return n;
         }
-        let read = self
-            .sqs
-            .get_queue_attributes()
-            .queue_url(dlq_url)
-            .attribute_names(QueueAttributeName::MaximumMessageSize)
-            .send()
-            .await;
+        let read = crate::queue::attributes(
+            &self.sqs,
+            dlq_url,
+            &[QueueAttributeName::MaximumMessageSize],
+        )
+        .await;
         let size = match read {
-            Ok(out) => out
-                .attributes()
-                .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
+            Ok(attrs) => attrs
+                .get(&QueueAttributeName::MaximumMessageSize)
                 .and_then(|v| v.parse::<usize>().ok()),
             Err(e) => {
-                tracing::warn!(
-                    "could not read MaximumMessageSize of the DLQ: {}",
-                    DisplayErrorContext(e)
-                );
+                tracing::warn!("could not read MaximumMessageSize of the DLQ: {e}");
                 None
             }
         };

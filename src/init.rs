@@ -122,6 +122,15 @@ pub enum InitError {
     TableNotActive(String, Duration),
 }
 
+impl From<crate::queue::QueueError> for InitError {
+    fn from(e: crate::queue::QueueError) -> Self {
+        match e {
+            crate::queue::QueueError::Sqs(s) => Self::Sqs(s),
+            other => Self::Sqs(other.to_string()),
+        }
+    }
+}
+
 impl InitSpec {
     /// The queue names, after validation: (source, DLQ).
     pub fn queue_names(&self) -> Result<(String, String), InitError> {
@@ -224,7 +233,7 @@ pub async fn init_with(
     .flatten()
     .collect();
     let dlq_url = ensure_queue(sqs, &dlq_name, &dlq_attrs, &mut created, &mut violations).await?;
-    let dlq_arn = queue_arn(sqs, &dlq_url).await?;
+    let dlq_arn = crate::queue::arn(sqs, &dlq_url).await?;
 
     let redrive =
         json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count});
@@ -248,7 +257,7 @@ pub async fn init_with(
         &mut violations,
     )
     .await?;
-    let queue_arn = queue_arn(sqs, &queue_url).await?;
+    let queue_arn = crate::queue::arn(sqs, &queue_url).await?;
 
     // Only this queue may redrive into the DLQ, so a replay can always find
     // where a dead letter came from.
@@ -264,9 +273,7 @@ pub async fn init_with(
         created.push(format!("table {}", spec.layout.table_name));
     }
 
-    let source_retention = crate::queue::retention(sqs, &queue_url)
-        .await
-        .map_err(|e| InitError::Sqs(e.to_string()))?;
+    let source_retention = crate::queue::retention(sqs, &queue_url).await?;
     if !SOURCE_RETENTION_RANGE.contains(&source_retention) {
         violations.push(format!(
             "queue {queue_name} keeps messages {} s; the templates allow {} to {} s \
@@ -321,7 +328,7 @@ async fn ensure_queue(
     match sqs.get_queue_url().queue_name(name).send().await {
         Ok(out) => {
             let url = out.queue_url().unwrap_or_default().to_owned();
-            let found = queue_attributes(sqs, &url).await?;
+            let found = crate::queue::attributes(sqs, &url, &[Attr::All]).await?;
             for (attr, expected) in wanted {
                 verify_attribute(name, attr, expected, found.get(attr))?;
             }
@@ -405,27 +412,6 @@ fn attr_name(attr: &Attr) -> &'static str {
         Attr::FifoQueue => "FifoQueue",
         _ => "an attribute",
     }
-}
-
-async fn queue_attributes(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-) -> Result<HashMap<Attr, String>, InitError> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(Attr::All)
-        .send()
-        .await
-        .map_err(sqs_err)?;
-    Ok(out.attributes().cloned().unwrap_or_default())
-}
-
-async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, InitError> {
-    queue_attributes(sqs, url)
-        .await?
-        .remove(&Attr::QueueArn)
-        .ok_or_else(|| InitError::Sqs(format!("queue {url} has no QueueArn")))
 }
 
 /// Creates the table as the templates do, or verifies the existing one's

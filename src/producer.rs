@@ -286,19 +286,20 @@ impl Producer {
         queue_url: impl Into<String>,
     ) -> Result<Self, SendError> {
         let queue_url = queue_url.into();
-        let out = sqs
-            .get_queue_attributes()
-            .queue_url(&queue_url)
-            .attribute_names(QueueAttributeName::FifoQueue)
-            .attribute_names(QueueAttributeName::MaximumMessageSize)
-            .send()
-            .await
-            .map_err(|e| SendError::Queue {
-                queue_url: queue_url.clone(),
-                reason: DisplayErrorContext(e).to_string(),
-            })?;
-        let attrs = out.attributes();
-        let get = |name| attrs.and_then(|a| a.get(&name));
+        let attrs = crate::queue::attributes(
+            &sqs,
+            &queue_url,
+            &[
+                QueueAttributeName::FifoQueue,
+                QueueAttributeName::MaximumMessageSize,
+            ],
+        )
+        .await
+        .map_err(|e| SendError::Queue {
+            queue_url: queue_url.clone(),
+            reason: e.to_string(),
+        })?;
+        let get = |name| attrs.get(&name);
         Ok(Self {
             fifo: get(QueueAttributeName::FifoQueue).is_some_and(|v| v == "true"),
             max_message_bytes: get(QueueAttributeName::MaximumMessageSize)

@@ -2,6 +2,7 @@
 //! `RedrivePolicy`), its visibility timeout and retention. Read once, at
 //! cold start.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 // Instants and sleeps come from tokio's clock, the one clock a test (or a
@@ -30,22 +31,40 @@ pub enum QueueError {
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html>).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
 
-/// A queue's `MessageRetentionPeriod` (for a DLQ, whose `RedrivePolicy`
-/// [`QueueInfo::discover`] does not read).
-pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, QueueError> {
+/// Some of a queue's attributes (`GetQueueAttributes`; `All` for every
+/// one).
+pub async fn attributes(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    names: &[QueueAttributeName],
+) -> Result<HashMap<QueueAttributeName, String>, QueueError> {
     let out = sqs
         .get_queue_attributes()
         .queue_url(url)
-        .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+        .set_attribute_names(Some(names.to_vec()))
         .send()
         .await
         .map_err(|e| match e.as_service_error() {
             Some(se) if se.is_queue_does_not_exist() => QueueError::NotFound(url.to_owned()),
             _ => QueueError::Sqs(DisplayErrorContext(e).to_string()),
         })?;
-    let secs = out
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::MessageRetentionPeriod))
+    Ok(out.attributes().cloned().unwrap_or_default())
+}
+
+/// A queue's ARN.
+pub async fn arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, QueueError> {
+    attributes(sqs, url, &[QueueAttributeName::QueueArn])
+        .await?
+        .remove(&QueueAttributeName::QueueArn)
+        .ok_or_else(|| QueueError::Sqs(format!("queue {url} has no QueueArn")))
+}
+
+/// A queue's `MessageRetentionPeriod` (for a DLQ, whose `RedrivePolicy`
+/// [`QueueInfo::discover`] does not read).
+pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, QueueError> {
+    let secs = attributes(sqs, url, &[QueueAttributeName::MessageRetentionPeriod])
+        .await?
+        .get(&QueueAttributeName::MessageRetentionPeriod)
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_RETENTION.as_secs());
     Ok(Duration::from_secs(secs))
@@ -66,17 +85,7 @@ pub struct QueueInfo {
 impl QueueInfo {
     /// Reads the queue's `RedrivePolicy` and finds its DLQ.
     pub async fn discover(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Self, QueueError> {
-        let out = sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(QueueAttributeName::All)
-            .send()
-            .await
-            .map_err(|e| match e.as_service_error() {
-                Some(se) if se.is_queue_does_not_exist() => QueueError::NotFound(url.to_owned()),
-                _ => QueueError::Sqs(DisplayErrorContext(e).to_string()),
-            })?;
-        let attrs = out.attributes().cloned().unwrap_or_default();
+        let attrs = attributes(sqs, url, &[QueueAttributeName::All]).await?;
         let arn = attrs
             .get(&QueueAttributeName::QueueArn)
             .cloned()

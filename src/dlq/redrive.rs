@@ -20,7 +20,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::QueueAttributeName;
 use futures_util::future::join_all;
 use serde::Serialize;
 
@@ -659,21 +658,6 @@ pub async fn cancel_native(
         .await
         .map_err(|e| DlqError::Sqs(DisplayErrorContext(e).to_string()))?;
     Ok(Some(out.approximate_number_of_messages_moved()))
-}
-
-/// A queue's ARN.
-pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, DlqError> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(|e| DlqError::Sqs(DisplayErrorContext(e).to_string()))?;
-    out.attributes()
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
-        .cloned()
-        .ok_or_else(|| DlqError::Sqs(format!("queue {url} has no QueueArn")))
 }
 
 #[cfg(test)]

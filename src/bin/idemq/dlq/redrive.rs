@@ -4,9 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idemq::dlq::redrive::{
-    Redrive, RedriveOptions, cancel_native, native_status, queue_arn, start_native,
-};
+use idemq::dlq::redrive::{Redrive, RedriveOptions, cancel_native, native_status, start_native};
 use idemq::job::JobIdSource;
 
 use super::{CmdResult, Ctx, one_line, unseen_warning};
@@ -94,7 +92,7 @@ impl Ctx {
         rate: Option<i32>,
     ) -> CmdResult {
         let sqs = self.peek.sqs();
-        let dlq_arn = queue_arn(sqs, self.peek.dlq_url()).await?;
+        let dlq_arn = idemq::queue::arn(sqs, self.peek.dlq_url()).await?;
         if cancel {
             match cancel_native(sqs, &dlq_arn).await? {
                 Some(moved) => println!("cancelled the move task after {moved} messages"),
@@ -133,7 +131,7 @@ impl Ctx {
             }
         }
         let to_arn = match to {
-            Some(url) => Some(queue_arn(sqs, url).await?),
+            Some(url) => Some(idemq::queue::arn(sqs, url).await?),
             None => None,
         };
         start_native(sqs, &dlq_arn, to_arn.as_deref(), rate).await?;
