@@ -179,10 +179,7 @@ async fn main() -> Result<(), Error> {
         c.ddb.clone(),
         TableLayout::new(&res.table_name),
         IdempotencyConfig::default(),
-        BatchConfig {
-            concurrency: CONCURRENCY,
-            ..BatchConfig::default()
-        },
+        BatchConfig::default().with_concurrency(CONCURRENCY),
     );
     let mut args = WorkerArgs::new(res.queue_url.clone());
     args.exit_when_idle = Some(IDLE);

@@ -274,8 +274,21 @@ pub fn log_filter(
         .map_err(|e| invalid(e.to_string()))
 }
 
-/// Batch behaviour.
+/// Batch behaviour: from `IDEMQ_*` ([`BatchConfig::from_env`]) or built
+/// from the defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use idemq::backoff::Backoff;
+/// use idemq::config::BatchConfig;
+///
+/// let config = BatchConfig::default()
+///     .with_concurrency(4)
+///     .with_backoff(Backoff::new().with_base(Duration::from_secs(1)));
+/// assert_eq!(config.concurrency, 4);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatchConfig {
     /// Jobs (or FIFO groups) run at once.
     pub concurrency: usize,
@@ -297,6 +310,24 @@ impl Default for BatchConfig {
 }
 
 impl BatchConfig {
+    /// Jobs (or FIFO groups) run at once.
+    pub const fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// See [`BatchConfig::deadline_margin`].
+    pub const fn with_deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    /// The retry delays of transient failures.
+    pub const fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
     /// `IDEMQ_CONCURRENCY` (default 10), `IDEMQ_DEADLINE_MARGIN` (default
     /// `2s`), `IDEMQ_BACKOFF_BASE` (default `2s`), `IDEMQ_BACKOFF_CAP`
     /// (default `15m`).

@@ -286,11 +286,9 @@ async fn a_slow_batch_of_100_answers_before_the_deadline_with_exactly_its_failur
             message(n, &body, Duration::from_secs(60))
         })
         .collect();
-    let config = BatchConfig {
-        concurrency: 10,
-        deadline_margin: Duration::from_secs(2),
-        ..BatchConfig::default()
-    };
+    let config = BatchConfig::default()
+        .with_concurrency(10)
+        .with_deadline_margin(Duration::from_secs(2));
     let p = processor(&fake, config);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(3);

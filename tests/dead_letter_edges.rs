@@ -49,12 +49,11 @@ async fn die_permanently(res: &InitReport, error: &'static str, calls: &Calls) {
     args.table = Some(res.table_name.clone());
     args.concurrency = Some(4);
     args.exit_when_idle = Some(3);
-    let batch = BatchConfig {
-        backoff: Backoff::new()
+    let batch = BatchConfig::default().with_backoff(
+        Backoff::new()
             .with_base(Duration::from_millis(500))
             .with_cap(Duration::from_secs(1)),
-        ..BatchConfig::default()
-    };
+    );
     run_with(handler, args, batch).await.expect("worker");
 }
 

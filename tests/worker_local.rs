@@ -103,12 +103,11 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
         table: res.table_name.clone(),
         fail_accounts: HashSet::from(["acct-9".to_string()]),
     };
-    let batch = BatchConfig {
-        backoff: Backoff::new()
+    let batch = BatchConfig::default().with_backoff(
+        Backoff::new()
             .with_base(Duration::from_secs(1))
             .with_cap(Duration::from_secs(2)),
-        ..BatchConfig::default()
-    };
+    );
     let started = Instant::now();
     let totals = run_with(ledger, worker_args(&res.queue_url, &res.table_name), batch)
         .await

@@ -168,10 +168,7 @@ pub async fn work_until_idle<H: idemq::handler::Handler>(
     args.batch_size = 10;
     args.concurrency = Some(concurrency);
     args.exit_when_idle = Some(idle_secs);
-    let batch = idemq::config::BatchConfig {
-        backoff,
-        ..idemq::config::BatchConfig::default()
-    };
+    let batch = idemq::config::BatchConfig::default().with_backoff(backoff);
     idemq::worker::run_with(handler, args, batch)
         .await
         .expect("worker")
