@@ -105,7 +105,7 @@ impl Message {
 }
 
 /// An SQS timestamp attribute (`SentTimestamp`: epoch milliseconds).
-pub fn epoch_ms(value: &str) -> Option<SystemTime> {
+pub(crate) fn epoch_ms(value: &str) -> Option<SystemTime> {
     let ms: u64 = value.parse().ok()?;
     UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
@@ -135,7 +135,7 @@ pub struct BatchConfig {
 ///
 /// The last m/8 (250 ms by default) is left for the host to answer
 /// (Lambda's runtime API is a local HTTP call). Every call after the
-/// handlers is also bounded by [`CALL_TIMEOUT`].
+/// handlers is also bounded by a per-call timeout (5 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub start_by: Instant,
@@ -539,7 +539,7 @@ impl<H: Handler> Processor<H> {
 /// groups that stop at their first failure; other messages are groups of
 /// one; up to `concurrency` groups run at once; no job starts within
 /// `deadline_margin` of the deadline.
-pub async fn schedule<'m, F, Fut>(
+pub(crate) async fn schedule<'m, F, Fut>(
     messages: &'m [Message],
     deadline: Instant,
     config: &BatchConfig,
@@ -611,7 +611,7 @@ where
 
 /// The partial batch response: the ids of messages whose verdict leaves
 /// them on the queue, each once, in batch order.
-pub fn failed_ids<'a>(
+pub(crate) fn failed_ids<'a>(
     verdicts: impl IntoIterator<Item = (&'a Message, &'a Verdict)>,
 ) -> Vec<String> {
     let mut seen = HashSet::new();

@@ -10,7 +10,7 @@ use crate::job::InvalidJobId;
 
 /// How one attempt at a job ended, before any decision.
 #[derive(Debug)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     InvalidJobId(InvalidJobId),
     Undecodable(serde_json::Error),
     Handler(JobError),
@@ -97,7 +97,7 @@ impl Verdict {
 
 /// The one decision: transient things are retried, permanent things are
 /// dead-lettered now, commits are acknowledged.
-pub fn classify(attempt: Attempt) -> Verdict {
+pub(crate) fn classify(attempt: Attempt) -> Verdict {
     let retry = |kind, err: &(dyn Error + 'static), retry_after| Verdict::Retry {
         failure: failure(kind, err),
         retry_after,

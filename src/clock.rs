@@ -34,7 +34,7 @@ pub fn now() -> SystemTime {
 
 /// Runs `f` with the jitter source: `rand::rng()`, or on a simulated
 /// thread the generator seeded by [`simulate`].
-pub fn with_jitter<T>(f: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
+pub(crate) fn with_jitter<T>(f: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
     JITTER.with_borrow_mut(|seeded| match seeded {
         Some(rng) => f(rng),
         None => f(&mut rand::rng()),

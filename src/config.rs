@@ -14,7 +14,7 @@ use crate::job::JobIdResolver;
 pub const DEFAULT_MARKER_TTL: Duration = Duration::from_secs(21 * 24 * 3600);
 
 /// How long after a dead letter's retention ends a replay may still happen.
-pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Attribute names of the idemq table. The table has one string partition
 /// key and DynamoDB TTL enabled on `expires_at`.
@@ -192,7 +192,7 @@ pub enum ConfigError {
     replay = humantime::format_duration(REPLAY_WINDOW),
     needed = humantime::format_duration(*source_retention + *dlq_retention + REPLAY_WINDOW),
 )]
-pub struct TtlTooShort {
+pub(crate) struct TtlTooShort {
     pub ttl: Duration,
     pub source_retention: Duration,
     pub dlq_retention: Duration,
@@ -200,7 +200,7 @@ pub struct TtlTooShort {
 
 /// Checks that a marker outlives every copy of its job: the source queue's
 /// retention, then the DLQ's, then a day to replay it.
-pub fn check_marker_ttl(
+pub(crate) fn check_marker_ttl(
     ttl: Duration,
     source_retention: Duration,
     dlq_retention: Duration,

@@ -55,10 +55,15 @@ impl BatchConfig {
     }
 }
 
-/// Clients and the processor, built once.
+/// What a host builds once per process: the SQS client and the batch
+/// [`Processor`] (handler, committer, dead-letter writer, settings).
+///
+/// [`lambda::BatchService::from_host`](crate::lambda) and
+/// [`worker::serve`](crate::worker) run batches through it; build one
+/// yourself with [`Host::from_clients`] to bring SDK clients of your own.
 pub struct Host<H> {
-    pub sqs: aws_sdk_sqs::Client,
-    pub processor: Processor<H>,
+    pub(crate) sqs: aws_sdk_sqs::Client,
+    pub(crate) processor: Processor<H>,
     marker_ttl: Duration,
 }
 
@@ -114,6 +119,11 @@ impl<H: Handler> Host<H> {
             processor,
             marker_ttl: behaviour.marker_ttl,
         }
+    }
+
+    /// The batch processor: runs one batch to its report.
+    pub fn processor(&self) -> &Processor<H> {
+        &self.processor
     }
 
     /// Finds a queue's DLQ and maxReceiveCount, and says so when the marker

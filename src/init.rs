@@ -35,14 +35,14 @@ pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 /// SQS's default retention, used for the source queue.
 pub const SOURCE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
 /// SQS's limit on a visibility timeout.
-pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 /// The templates' least `maxReceiveCount` (SAM's `MaxReceiveCount`
 /// `MinValue`, Terraform's `max_receive_count` validation): fewer receives
 /// leave too little room for backoff to ride out an outage.
-pub const MIN_MAX_RECEIVE_COUNT: u32 = 5;
+pub(crate) const MIN_MAX_RECEIVE_COUNT: u32 = 5;
 /// The source retentions the templates allow: 1 to 13 days, below the
 /// DLQ's 14 so a dead letter outlives the message it came from.
-pub const SOURCE_RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
+pub(crate) const SOURCE_RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(24 * 3600)..=Duration::from_secs(13 * 24 * 3600);
 
 /// How the table is protected beyond what every idemq table has (SSE with
@@ -295,7 +295,7 @@ pub async fn init_with(
 /// for the queue init made: its maxReceiveCount and visibility timeout, the
 /// consumers' backoff (`IDEMQ_BACKOFF_BASE` / `IDEMQ_BACKOFF_CAP`, or the
 /// default when unset or invalid) and `retention`.
-pub fn retry_budget_warning(spec: &InitSpec, retention: Duration) -> Option<String> {
+pub(crate) fn retry_budget_warning(spec: &InitSpec, retention: Duration) -> Option<String> {
     let backoff = crate::batch::BatchConfig::from_env()
         .map(|c| c.backoff)
         .unwrap_or_default();
@@ -427,7 +427,7 @@ async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, InitE
 }
 
 /// A queue's `MessageRetentionPeriod`.
-pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, InitError> {
+pub(crate) async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, InitError> {
     let attrs = queue_attributes(sqs, url).await?;
     let secs = attrs
         .get(&Attr::MessageRetentionPeriod)
@@ -451,7 +451,7 @@ pub async fn ensure_table(
 /// `expires_at`) or verifies the existing one: a different key or TTL
 /// attribute is an error; missing encryption, recovery, protection or
 /// on-demand billing is pushed to `violations`. True when it was created.
-pub async fn ensure_table_with(
+pub(crate) async fn ensure_table_with(
     ddb: &aws_sdk_dynamodb::Client,
     layout: &TableLayout,
     protection: TableProtection,

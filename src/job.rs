@@ -185,7 +185,7 @@ static MESSAGE_ID_IDENTITY_WARNED: AtomicBool = AtomicBool::new(false);
 /// is a new message with a new `MessageId`
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>):
 /// a new job to idemq, applied again.
-pub fn warn_message_id_identity() -> bool {
+pub(crate) fn warn_message_id_identity() -> bool {
     warn_once(&MESSAGE_ID_IDENTITY_WARNED)
 }
 

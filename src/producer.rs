@@ -22,13 +22,13 @@ use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
 /// SQS's default and largest message size (1 MiB since August 2025).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Entries in one `SendMessageBatch`.
-pub const MAX_BATCH_ENTRIES: usize = 10;
+pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
 /// Message attributes SQS accepts on one message
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>:
 /// "Each message can have up to 10 attributes").
 pub const MAX_ATTRIBUTES: usize = 10;
 /// SQS's limit on `MessageDeduplicationId`.
-pub const MAX_DEDUP_ID: usize = 128;
+pub(crate) const MAX_DEDUP_ID: usize = 128;
 /// Tries of one entry before it is reported failed.
 const MAX_ATTEMPTS: u32 = 6;
 /// Error codes with which SQS refuses a message itself (its contents, its
@@ -37,7 +37,7 @@ const MAX_ATTEMPTS: u32 = 6;
 /// (LocalStack 2026.3 reports `InvalidMessageContents` with
 /// `SenderFault: false`), so the code decides. `DeadLetters::send` uses the
 /// same list to fall back to the bare message.
-pub const INVALID_MESSAGE_CODES: [&str; 6] = [
+pub(crate) const INVALID_MESSAGE_CODES: [&str; 6] = [
     "InvalidMessageContents",
     "InvalidParameterValue",
     "InvalidAttributeName",
@@ -144,7 +144,7 @@ impl Job {
 /// plus each attribute's name, data type and value ("All components of a
 /// message attribute are included in the [...] message size restriction",
 /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>).
-pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeValue>) -> usize {
+pub(crate) fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeValue>) -> usize {
     body.len()
         + attributes
             .iter()
@@ -166,14 +166,7 @@ fn attribute_size(v: &MessageAttributeValue) -> usize {
 /// ([`spare_attribute_slots`]), so every dead letter idemq makes can be sent
 /// again: a redrive drops the context and sets `idemq-job-id`, which lands
 /// on this same count.
-///
-/// ```
-/// use idemq::producer::{attributes_with_job_id, spare_attribute_slots};
-/// let names = ["a".to_string(), "idemq-job-id".to_string()];
-/// assert_eq!(attributes_with_job_id(&names), 2);
-/// assert_eq!(spare_attribute_slots(&names), 8);
-/// ```
-pub fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
+pub(crate) fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
     names
         .into_iter()
         .filter(|n| n.as_str() != JOB_ID_ATTRIBUTE)
@@ -184,7 +177,7 @@ pub fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -
 /// The attribute slots left under [`MAX_ATTRIBUTES`] once the message's own
 /// attributes and `idemq-job-id` are counted ([`attributes_with_job_id`]);
 /// 0 when none are, or when the message is already over.
-pub fn spare_attribute_slots<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
+pub(crate) fn spare_attribute_slots<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
     MAX_ATTRIBUTES.saturating_sub(attributes_with_job_id(names))
 }
 
@@ -247,7 +240,7 @@ pub fn deduplication_id(job_id: &str) -> String {
 
 /// Splits entries of the given sizes, in order, into batches of at most
 /// `MAX_BATCH_ENTRIES` and at most `max_bytes` in all.
-pub fn pack(sizes: &[usize], max_bytes: usize) -> Vec<Range<usize>> {
+pub(crate) fn pack(sizes: &[usize], max_bytes: usize) -> Vec<Range<usize>> {
     let mut batches = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, &size) in sizes.iter().enumerate() {
@@ -536,6 +529,17 @@ impl Producer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_id_attribute_is_counted_once() {
+        let names = ["a".to_string(), "idemq-job-id".to_string()];
+        assert_eq!(attributes_with_job_id(&names), 2);
+        assert_eq!(spare_attribute_slots(&names), 8);
+        let none: [String; 0] = [];
+        assert_eq!(attributes_with_job_id(&none), 1);
+        let full: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
+        assert_eq!(spare_attribute_slots(&full), 0, "already over: no slot left");
+    }
 
     #[test]
     fn packing_respects_ten_entries_and_the_size_limit() {

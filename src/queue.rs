@@ -103,7 +103,7 @@ impl QueueInfo {
 }
 
 /// The URL of the queue with this ARN (`arn:aws:sqs:region:account:name`).
-pub async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, QueueError> {
+pub(crate) async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, QueueError> {
     let mut parts = arn.split(':');
     let (account, name) = (parts.nth(4), parts.next());
     let (Some(account), Some(name)) = (account, name) else {
@@ -167,7 +167,7 @@ pub async fn delete_messages(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[&s
 /// The longest any one SQS or DynamoDB call after a batch's handlers may
 /// take (a DLQ send, a failure record, a visibility change), whatever time
 /// the batch has left: a hung connection must not hold the batch.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Visibility calls in flight at once.
 const VISIBILITY_CALLS_AT_ONCE: usize = 16;
@@ -176,7 +176,7 @@ const VISIBILITY_CALLS_AT_ONCE: usize = 16;
 /// receipt handle, new timeout). A message no longer in flight (its handle
 /// expired, or it was received again) is logged and skipped: SQS makes it
 /// visible on its own.
-pub async fn change_visibility(
+pub(crate) async fn change_visibility(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     entries: &[(&str, &str, Duration)],
@@ -190,7 +190,7 @@ pub async fn change_visibility(
 /// [`CALL_TIMEOUT`] and none running past `by`. Returns how many entries
 /// were not changed because their call was cut short or never made (SQS
 /// makes those visible when their current timeout ends).
-pub async fn change_visibility_by(
+pub(crate) async fn change_visibility_by(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     entries: &[(&str, &str, Duration)],

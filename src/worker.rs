@@ -64,7 +64,7 @@ impl WorkerArgs {
 }
 
 /// Parses the process arguments and runs the worker.
-pub async fn run_from_args<H: Handler>(handler: H) -> Result<(), HostError> {
+pub(crate) async fn run_from_args<H: Handler>(handler: H) -> Result<(), HostError> {
     run(handler, WorkerArgs::parse()).await.map(drop)
 }
 

@@ -216,7 +216,7 @@ pub struct Scan {
 /// message group"; "SQS returns as many messages with the same message
 /// group ID as possible").
 #[derive(Debug, Default)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     seen: HashSet<String>,
     cut: BTreeSet<String>,
 }

@@ -562,7 +562,7 @@ fn truncate(s: &str, max: usize) -> String {
 /// bytes, the whole at about [`MAX_RECORD_CHAIN`]. When entries must go,
 /// the outermost ones and the innermost (usually the root cause) are kept,
 /// and one entry in their place says how many were left out.
-pub fn capped_chain(chain: &[String]) -> Vec<String> {
+pub(crate) fn capped_chain(chain: &[String]) -> Vec<String> {
     // DynamoDB counts a list element as its bytes plus one.
     let cost = |e: &String| e.len() + 1;
     let capped: Vec<String> = chain

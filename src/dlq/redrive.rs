@@ -544,7 +544,7 @@ impl<'a> Redrive<'a> {
 
 /// The source queue URL whose queue name is `name`, if any (a queue URL
 /// ends with its name).
-pub fn source_named<'s>(sources: &'s [String], name: &str) -> Option<&'s str> {
+pub(crate) fn source_named<'s>(sources: &'s [String], name: &str) -> Option<&'s str> {
     sources
         .iter()
         .find(|url| url.rsplit('/').next() == Some(name))
@@ -561,7 +561,7 @@ const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60 + 30);
 /// copy. Such a message gets an id derived from its own and its DLQ message
 /// id instead: still the same on a rerun (so SQS drops a rerun's second
 /// copy), never the original's.
-pub fn redrive_deduplication_id(
+pub(crate) fn redrive_deduplication_id(
     m: &DeadMessage,
     back_to_source: bool,
     now: SystemTime,
