@@ -106,10 +106,12 @@ impl Backoff {
         Ok(self)
     }
 
+    /// The delay's ceiling on the first receive.
     pub fn base(&self) -> Duration {
         self.base
     }
 
+    /// The longest delay, whatever the receive count.
     pub fn cap(&self) -> Duration {
         self.cap
     }
@@ -163,19 +165,30 @@ impl Default for Backoff {
 /// Why a [`Backoff`] was rejected by [`Backoff::validate`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidBackoff {
+    /// The base is zero: every delay would be zero.
     #[error("backoff base must be greater than zero")]
     ZeroBase,
+    /// The cap is below the base.
     #[error(
         "backoff cap ({}) is below its base ({})",
         humantime::format_duration(*.cap),
         humantime::format_duration(*.base)
     )]
-    CapBelowBase { base: Duration, cap: Duration },
+    CapBelowBase {
+        /// The policy's base.
+        base: Duration,
+        /// The policy's cap.
+        cap: Duration,
+    },
+    /// The cap is over SQS's 12 hours in flight ([`MAX_IN_FLIGHT`]).
     #[error(
         "backoff cap ({}) is over 12h, the longest SQS keeps a message in flight",
         humantime::format_duration(*.cap)
     )]
-    CapOverTwelveHours { cap: Duration },
+    CapOverTwelveHours {
+        /// The policy's cap.
+        cap: Duration,
+    },
 }
 
 /// The visibility timeout to set for a retry.
@@ -354,13 +367,19 @@ pub fn worst_case_time_to_redrive(
     margin = secs(*margin),
 )]
 pub struct RetriesOutliveRetention {
+    /// The queue's `RedrivePolicy.maxReceiveCount`.
     pub max_receive_count: u32,
+    /// The queue's visibility timeout.
     pub visibility_timeout: Duration,
+    /// The backoff's base ([`Backoff::base`]).
     pub base: Duration,
+    /// The backoff's cap ([`Backoff::cap`]).
     pub cap: Duration,
     /// [`worst_case_time_to_redrive`].
     pub worst_case: Duration,
+    /// The queue's `MessageRetentionPeriod`.
     pub retention: Duration,
+    /// Room kept below the retention ([`RETENTION_SAFETY_MARGIN`]).
     pub margin: Duration,
 }
 

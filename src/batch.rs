@@ -51,12 +51,17 @@ use crate::queue::{CALL_TIMEOUT, QueueInfo};
 /// One received SQS message, whichever host received it.
 #[derive(Debug, Clone)]
 pub struct Message {
+    /// SQS's `MessageId`.
     pub message_id: String,
+    /// The receipt handle of the receive that returned it.
     pub receipt_handle: String,
+    /// The body, as sent.
     pub body: String,
+    /// Its message attributes (`idemq-job-id` among them, when set).
     pub attributes: HashMap<String, MessageAttributeValue>,
     /// `ApproximateReceiveCount`: 1 on the first delivery.
     pub receive_count: u32,
+    /// `MessageGroupId`: FIFO queues only.
     pub group_id: Option<String>,
     /// When the receive that issued `receipt_handle` happened, for SQS's
     /// 12-hour limit on time in flight.
@@ -119,6 +124,7 @@ pub struct BatchConfig {
     /// running job is abandoned (reported failed) at half of it, and the
     /// work after the handlers is over at an eighth of it: see [`Budget`].
     pub deadline_margin: Duration,
+    /// Retry delays for transient failures.
     pub backoff: Backoff,
 }
 
@@ -138,14 +144,22 @@ pub struct BatchConfig {
 /// handlers is also bounded by a per-call timeout (5 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
+    /// deadline − m: no job starts after this.
     pub start_by: Instant,
+    /// deadline − m/2: a job still running is abandoned and retried.
     pub abandon_at: Instant,
+    /// deadline − 3m/8: failure records still unwritten are dropped.
     pub optional_by: Instant,
+    /// deadline − m/4: DLQ sends still unfinished are given up.
     pub required_by: Instant,
+    /// deadline − m/8: visibility changes are given up and the batch answers.
     pub respond_by: Instant,
 }
 
 impl Budget {
+    /// The stages for a batch due at `deadline` with margin `margin` (an
+    /// instant that would come before tokio's clock began is the deadline
+    /// itself).
     pub fn new(deadline: Instant, margin: Duration) -> Self {
         let before = |d: Duration| deadline.checked_sub(d).unwrap_or(deadline);
         Self {
@@ -190,6 +204,7 @@ pub struct BatchReport {
     /// Receipt handles of messages done with (acknowledged or dead-lettered
     /// by idemq), for a host that deletes them itself.
     pub done: Vec<String>,
+    /// The batch's counts and job durations.
     pub metrics: BatchMetrics,
 }
 
@@ -204,6 +219,10 @@ pub struct Processor<H> {
 }
 
 impl<H: Handler> Processor<H> {
+    /// A processor for `handler`: commits through `committer`, records
+    /// failures and sends dead letters through `dead_letters`, sets
+    /// visibility with `sqs`, finds job ids with `resolver`. Hosts build it
+    /// once per process ([`crate::host::Host::from_clients`]).
     pub fn new(
         handler: H,
         committer: Committer,

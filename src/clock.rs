@@ -3,7 +3,7 @@
 //! Instants and sleeps come from tokio's clock everywhere in idemq, so a
 //! test that pauses it drives every deadline. Timestamps (a message's age
 //! from its `SentTimestamp`, a marker's `expires_at`, a failure record's
-//! `failed_at`) come from [`now`], and the retry jitter from [`with_jitter`]:
+//! `failed_at`) come from [`now`], and the retry jitter from `with_jitter`:
 //! by default `SystemTime::now()` and `rand::rng()`, and on a thread that
 //! called [`simulate`], a wall clock that moves with tokio's (paused) clock
 //! and a seeded generator, so that a simulated run is a pure function of

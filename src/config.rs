@@ -21,18 +21,29 @@ pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TableLayout {
+    /// The table's name (`IDEMQ_TABLE`).
     pub table_name: String,
+    /// The string partition key (`IDEMQ_ATTR_PK`, default `pk`).
     pub partition_key: String,
+    /// The TTL attribute, epoch seconds (`IDEMQ_ATTR_EXPIRES_AT`, default
+    /// `expires_at`).
     pub expires_at: String,
+    /// A marker's job id (`job_id`).
     pub job_id: String,
+    /// A marker's payload hash (`payload_hash`), compared on a duplicate.
     pub payload_hash: String,
+    /// When a marker was committed (`committed_at`).
     pub committed_at: String,
+    /// A marker's source queue name (`queue`).
     pub queue: String,
     /// Every key idemq writes starts with this; effects may not use it.
     pub key_prefix: String,
 }
 
 impl TableLayout {
+    /// The default attribute names (`pk`, `expires_at`, `job_id`,
+    /// `payload_hash`, `committed_at`, `queue`) and key prefix (`idemq#`)
+    /// for the table `table_name`.
     pub fn new(table_name: impl Into<String>) -> Self {
         Self {
             table_name: table_name.into(),
@@ -109,8 +120,10 @@ impl TableLayout {
 #[non_exhaustive]
 pub struct IdempotencyConfig {
     /// How long a marker is kept (DynamoDB TTL). Must outlive every copy of
-    /// the job: see [`check_marker_ttl`].
+    /// the job (source retention + DLQ retention + a replay day): idemq
+    /// checks that against the queues at start-up and in `idemq init`.
     pub marker_ttl: Duration,
+    /// Where a job's id is found (`IDEMQ_JOB_ID_POINTER`).
     pub job_id: JobIdResolver,
 }
 
@@ -169,12 +182,17 @@ pub fn parse_duration(var: &'static str, value: &str) -> Result<Duration, Config
 /// A configuration value that is missing or malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A required variable is not set (its name).
     #[error("{0} is not set")]
     Missing(&'static str),
+    /// A variable's value cannot be used.
     #[error("{var}={value:?} is invalid: {why}")]
     Invalid {
+        /// The variable.
         var: &'static str,
+        /// Its value.
         value: String,
+        /// Why it was refused.
         why: String,
     },
 }

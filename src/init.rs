@@ -73,10 +73,13 @@ impl Default for TableProtection {
 pub struct InitSpec {
     /// Source queue name; `.fifo` is added for a FIFO queue if missing.
     pub queue_name: String,
+    /// A FIFO queue (and a FIFO DLQ).
     pub fifo: bool,
     /// Receives before SQS moves a message to the DLQ.
     pub max_receive_count: u32,
+    /// The source queue's visibility timeout.
     pub visibility_timeout: Duration,
+    /// The table and its attribute names.
     pub layout: TableLayout,
     /// The marker TTL the consumers will use, checked against retention.
     pub marker_ttl: Duration,
@@ -85,8 +88,11 @@ pub struct InitSpec {
 /// The resources, as printed by `idemq init`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InitReport {
+    /// The source queue's URL.
     pub queue_url: String,
+    /// The DLQ's URL.
     pub dlq_url: String,
+    /// The table's name.
     pub table_name: String,
     /// What init created this time (empty on a second run).
     #[serde(skip)]
@@ -101,23 +107,33 @@ pub struct InitReport {
     pub violations: Vec<String>,
 }
 
+/// Why `idemq init` could not create or verify the resources.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// The spec itself is invalid (a queue name, a count out of range).
     #[error("{0}")]
     InvalidSpec(String),
+    /// A resource exists with a different setting than asked for.
     #[error(
         "{resource} exists with {attribute} = {found}, but {expected} was asked for; change it by hand or pick another name"
     )]
     Mismatch {
+        /// The queue or table.
         resource: String,
+        /// The setting.
         attribute: &'static str,
+        /// What was asked for.
         expected: String,
+        /// What it has.
         found: String,
     },
+    /// An SQS call failed.
     #[error("SQS: {0}")]
     Sqs(String),
+    /// A DynamoDB call failed.
     #[error("DynamoDB: {0}")]
     DynamoDb(String),
+    /// The table (name) did not become `ACTIVE` within the wait (duration).
     #[error("table {0} did not become ACTIVE within {1:?}")]
     TableNotActive(String, Duration),
 }
@@ -438,7 +454,8 @@ pub(crate) async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Du
 
 /// Creates the table as the templates do, or verifies the existing one's
 /// key and TTL. True when it was created. [`init`] also reports an existing
-/// table's shortfalls against the templates (see [`ensure_table_with`]).
+/// table's shortfalls against the templates (encryption, point-in-time
+/// recovery, deletion protection, on-demand billing).
 pub async fn ensure_table(
     ddb: &aws_sdk_dynamodb::Client,
     layout: &TableLayout,

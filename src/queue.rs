@@ -17,10 +17,13 @@ use futures_util::{StreamExt, stream};
 /// A queue that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// `QueueDoesNotExist` (the URL or ARN asked for).
     #[error("queue {0} does not exist")]
     NotFound(String),
+    /// A string that is not an SQS queue ARN.
     #[error("{0:?} is not an SQS queue ARN")]
     NotAnArn(String),
+    /// Any other SQS error, with its context.
     #[error("SQS: {0}")]
     Sqs(String),
 }
@@ -28,12 +31,19 @@ pub enum QueueError {
 /// Where a queue's dead letters go, read once at cold start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueInfo {
+    /// The queue URL.
     pub url: String,
+    /// The queue name (the last part of its ARN).
     pub name: String,
+    /// Whether it is a FIFO queue.
     pub fifo: bool,
+    /// The DLQ's URL, from `RedrivePolicy.deadLetterTargetArn`.
     pub dlq_url: Option<String>,
+    /// `RedrivePolicy.maxReceiveCount`.
     pub max_receive_count: Option<u32>,
+    /// `VisibilityTimeout`.
     pub visibility_timeout: Duration,
+    /// `MessageRetentionPeriod`.
     pub retention: Duration,
 }
 

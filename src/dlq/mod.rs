@@ -26,10 +26,13 @@ pub use record::{
     FailureRecord, MAX_RECORD_CHAIN, MAX_RECORD_ERROR,
 };
 
+/// An error of the dead-letter tools or of a failure record write.
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
+    /// A DynamoDB call failed (failure records).
     #[error("DynamoDB: {0}")]
     DynamoDb(String),
+    /// An SQS call failed.
     #[error("SQS: {0}")]
     Sqs(String),
     /// The message alone (body, producer attributes, `idemq-job-id`) is
@@ -38,8 +41,11 @@ pub enum DlqError {
         "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
     )]
     TooLarge {
+        /// The message's `MessageId`.
         message_id: String,
+        /// Its size as SQS counts it.
         bytes: usize,
+        /// The DLQ's `MaximumMessageSize`.
         limit: usize,
     },
 }
