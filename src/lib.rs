@@ -37,7 +37,8 @@
 //! - [`init`]: creating or verifying the queue, DLQ and table;
 //! - [`dlq`]: failure records and dead-letter context
 //!   ([`dlq::record`]), reading a DLQ ([`dlq::peek`]), moving dead letters
-//!   back ([`dlq::redrive`]) and exporting them ([`dlq::archive`]).
+//!   back ([`dlq::redrive`]); the `idemq` binary's `dlq export` / `import`
+//!   keep them as JSON lines.
 //!
 //! Features: `lambda`, `worker` and `cli` (the `idemq` operator binary) are
 //! on by default. A function that only runs on Lambda depends on

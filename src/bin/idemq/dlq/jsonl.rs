@@ -10,9 +10,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
-use super::peek::{Context, DeadMessage};
-use crate::job::JobIdResolver;
-use crate::producer::Job;
+use idemq::JOB_ID_ATTRIBUTE;
+use idemq::dlq::peek::{Context, DeadMessage};
+use idemq::job::JobIdResolver;
+use idemq::producer::Job;
 
 /// One exported dead letter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,7 +99,7 @@ impl Archived {
             );
         }
         let attribute = attributes
-            .get(crate::job::JOB_ID_ATTRIBUTE)
+            .get(JOB_ID_ATTRIBUTE)
             .and_then(|v| v.string_value());
         let resolved =
             tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
