@@ -58,8 +58,8 @@ impl BatchConfig {
 /// What a host builds once per process: the SQS client and the batch
 /// [`Processor`] (handler, committer, dead-letter writer, settings).
 ///
-/// [`lambda::BatchService::from_host`](crate::lambda) and
-/// [`worker::serve`](crate::worker) run batches through it; build one
+/// `lambda::BatchService::from_host` (feature `lambda`) and
+/// `worker::serve` (feature `worker`) run batches through it; build one
 /// yourself with [`Host::from_clients`] to bring SDK clients of your own.
 pub struct Host<H> {
     pub(crate) sqs: aws_sdk_sqs::Client,

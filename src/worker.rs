@@ -28,7 +28,7 @@ use crate::metrics::BatchMetrics;
 #[command(about = "Run an idemq handler as a local worker that long-polls an SQS queue")]
 #[non_exhaustive]
 pub struct WorkerArgs {
-    /// The source queue's URL (`IDEMQ_QUEUE_URL`).
+    /// The source queue's URL.
     #[arg(long, env = "IDEMQ_QUEUE_URL")]
     pub queue_url: String,
     /// The idemq table (default: IDEMQ_TABLE).
