@@ -83,7 +83,12 @@ impl DeadMessage {
             .map(String::as_str)
     }
 
-    /// When it was sent to the DLQ (`SentTimestamp`).
+    /// Its `SentTimestamp`: when idemq sent it to the DLQ; for a message
+    /// SQS's redrive moved there, when it was first sent to its *standard*
+    /// source queue (a FIFO DLQ resets it)
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>:
+    /// "When a message is moved to a dead-letter queue, the enqueue
+    /// timestamp is unchanged").
     pub fn sent_at(&self) -> Option<SystemTime> {
         let ms: u64 = self.system.get(&Sys::SentTimestamp)?.parse().ok()?;
         Some(UNIX_EPOCH + Duration::from_millis(ms))
@@ -134,7 +139,8 @@ pub struct Context {
     pub last_error: Option<String>,
     /// The rest of its `source()` chain, outermost first.
     pub error_chain: Vec<String>,
-    /// When the last attempt failed.
+    /// When the last attempt failed (without a record or attribute: the
+    /// message's [`DeadMessage::sent_at`]).
     #[serde(serialize_with = "ser_time")]
     pub failed_at: Option<SystemTime>,
     /// The source queue's name.
