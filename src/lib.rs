@@ -7,7 +7,8 @@
 //! is acknowledged as a duplicate; a crash leaves either both or neither.
 //!
 //! Where things live. Writing a handler:
-//! - [`handler`]: the [`Handler`](handler::Handler) trait, `handler_fn`,
+//! - [`handler`]: the [`Handler`](handler::Handler) trait,
+//!   [`handler_fn`](handler::handler_fn),
 //!   [`JobError`](handler::JobError) (retry intent) and
 //!   [`JobMeta`](handler::JobMeta);
 //! - [`effect`]: the typed builder for a job's writes and its limits;
