@@ -44,25 +44,14 @@ SCRIPT_TAG=lambda
 
 # shellcheck source=lib/venv.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/venv.sh"
-
+# live_pid, port_in_use, start_bg, session_members, …: the process
+# supervision stack.sh and lambda.sh share.
+# shellcheck source=lib/supervise.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/supervise.sh"
 
 # ---------------------------------------------------------------------------
 # The watch process
 # ---------------------------------------------------------------------------
-
-# Prints the pid from the pid file if that process is alive and is ours.
-live_pid() {
-  local pid
-  pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$MARK" || return 1
-  echo "$pid"
-}
-
-port_in_use() {
-  (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null
-}
 
 # An SQS event with no records: the function answers it without touching AWS,
 # so an answer means it was built, started and reached through the runtime.
@@ -73,27 +62,6 @@ answers() {
   curl --noproxy '*' -sf -m 5 -X POST "$(invoke_url)" \
     -H 'Content-Type: application/json' -d "$EMPTY_EVENT" 2>/dev/null \
     | grep -q '"batchItemFailures"'
-}
-
-# Pids of the processes in session $1, without zombies.
-session_members() {
-  ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'
-}
-
-# Pids of every live descendant of $1, found by parent links.
-descendants() {
-  ps -eo pid=,ppid=,stat= | awk -v root="$1" '
-    $3 !~ /^Z/ { kids[$2] = kids[$2] " " $1 }
-    END {
-      queue = root
-      while (queue != "") {
-        split(queue, q, " "); queue = ""
-        for (i in q) {
-          n = split(kids[q[i]], k, " ")
-          for (j = 1; j <= n; j++) { print k[j]; queue = queue " " k[j] }
-        }
-      }
-    }'
 }
 
 # The probe watch started for this port, wherever it is now: watch starts the
@@ -107,24 +75,6 @@ probes() {
     [[ $exe == "$ROOT/target/"*"/examples/lambda_probe"* ]] || continue
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null \
       | grep -qxF "AWS_LAMBDA_RUNTIME_API=http://$HOST:$PORT/.rt/_" && echo "$p"
-  done
-  return 0
-}
-
-# The pids in $1 whose command line runs from our venv or target dir.
-ours_only() {
-  local p
-  for p in $1; do
-    if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qE -- "$VENV/|$ROOT/target/"; then
-      echo "$p"
-    fi
-  done
-}
-
-alive() {
-  local p
-  for p in $1; do
-    [[ -d /proc/$p ]] && ! grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null && echo "$p"
   done
   return 0
 }
@@ -153,40 +103,36 @@ write_env() {
 cmd_up() {
   local t0 pid out
   mkdir -p "$STATE" "$LOGS"
-  if live_pid >/dev/null && answers; then
-    say "already running and answering on $HOST:$PORT (pid $(live_pid); --ignore-changes: 'down' then 'up' to serve new code)"
+  if live_pid "$PIDFILE" "$MARK" >/dev/null && answers; then
+    say "already running and answering on $HOST:$PORT (pid $(live_pid "$PIDFILE" "$MARK"); --ignore-changes: 'down' then 'up' to serve new code)"
     return 0
   fi
   # Running but not answering: restart rather than trust it.
   cmd_down >/dev/null
   ensure_venv "$VENV" "$REQUIREMENTS" "cargo-lambda"
-  port_in_use && die "$HOST:$PORT is in use by a process lambda.sh did not start (IDEMQ_LAMBDA_PORT picks another)"
+  port_in_use "$PORT" && die "$HOST:$PORT is in use by a process lambda.sh did not start (IDEMQ_LAMBDA_PORT picks another)"
   write_env
   say "starting cargo lambda watch (example lambda_probe) on $HOST:$PORT…"
   t0=$(now)
-  rm -f "$PIDFILE"
-  # Own session (setsid), so `down` can signal watch, cargo and the function
-  # together. The child writes its pid (= session id) before exec.
-  # shellcheck disable=SC2016  # $$ and $@ are for the inner bash
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" \
+  # Own session (start_bg: setsid), so `down` can signal watch, cargo and the
+  # function together.
+  start_bg "$PIDFILE" "$LOG" \
     env PATH="$VENV/bin:$PATH" \
     "$VENV/bin/cargo-lambda" lambda watch \
       --example lambda_probe --locked --ignore-changes \
       --invoke-address "$HOST" --invoke-port "$PORT" \
-      --env-file "$ENV_FILE" \
-    >"$LOG" 2>&1 </dev/null &
-  disown
-  # Up to 30 s: on a loaded 2-core machine even this fork and exec has been
-  # seen to take over 5 s.
-  for _ in $(seq 1 300); do live_pid >/dev/null && break; sleep 0.1; done
-  pid=$(live_pid) || { tail -n 40 "$LOG" >&2; die "cargo lambda watch did not start (log: $LOG)"; }
+      --env-file "$ENV_FILE"
+  # The pid file is written before exec: wait (up to 30 s) until the pid
+  # runs watch itself.
+  for _ in $(seq 1 300); do live_pid "$PIDFILE" "$MARK" >/dev/null && break; sleep 0.1; done
+  pid=$(live_pid "$PIDFILE" "$MARK") || { tail -n 40 "$LOG" >&2; die "cargo lambda watch did not start (log: $LOG)"; }
 
   for _ in $(seq 1 120); do   # 30 s
-    port_in_use && break
+    port_in_use "$PORT" && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.25
   done
-  port_in_use || { tail -n 40 "$LOG" >&2; cmd_down >/dev/null; die "cargo lambda watch did not listen on $HOST:$PORT (log: $LOG)"; }
+  port_in_use "$PORT" || { tail -n 40 "$LOG" >&2; cmd_down >/dev/null; die "cargo lambda watch did not listen on $HOST:$PORT (log: $LOG)"; }
 
   # Watch queues an invocation until the function is built and running, so
   # one request with a long timeout waits for both; meanwhile watch must
@@ -213,7 +159,7 @@ cmd_up() {
     die "the probe did not answer an empty SQS event (log: $LOG)"
   fi
   rm -f "$out"
-  if ss -ltnH 2>/dev/null | awk '{ print $4 }' | grep -Eq "^(0\.0\.0\.0|\*|\[::\]):$PORT\$"; then
+  if listens_on_all_interfaces "$PORT"; then
     cmd_down >/dev/null
     die "watch listened on all interfaces instead of $HOST:$PORT; stopped it"
   fi
@@ -226,13 +172,13 @@ cmd_down() {
   local sid members
   sid=$(cat "$PIDFILE" 2>/dev/null) || sid=""
   [[ $sid =~ ^[0-9]+$ ]] || sid=""
-  if [[ -n $sid ]] && live_pid >/dev/null; then
+  if [[ -n $sid ]] && live_pid "$PIDFILE" "$MARK" >/dev/null; then
     members="$sid $(session_members "$sid") $(descendants "$sid") $(probes)"
   else
     # Watch is gone, so its session id may have been reused: only leftovers
     # that run from our venv or target dir.
     members=$(probes)
-    [[ -n $sid ]] && members="$members $(ours_only "$(session_members "$sid")")"
+    [[ -n $sid ]] && members="$members $(session_members "$sid" "$VENV/" "$ROOT/target/")"
   fi
   members=$(alive "$(echo "$members" | tr ' ' '\n' | sort -un)")
   if [[ -z $members ]]; then
@@ -243,24 +189,14 @@ cmd_down() {
   say "stopping cargo lambda watch…"
   # shellcheck disable=SC2086  # a list of pids
   kill -TERM $members 2>/dev/null || true
-  for _ in $(seq 1 40); do
-    [[ -z $(alive "$members") ]] && break
-    sleep 0.25
-  done
-  members=$(alive "$members")
-  if [[ -n $members ]]; then
-    say "still running 10 s after SIGTERM; sending SIGKILL"
-    # shellcheck disable=SC2086  # a list of pids
-    kill -KILL $members 2>/dev/null || true
-    sleep 0.5
-  fi
+  await_exit "cargo lambda watch" 10 alive "$members"
   rm -f "$PIDFILE" "$ENV_FILE"
   say "stopped"
 }
 
 cmd_status() {
   local pid
-  if pid=$(live_pid) && answers; then
+  if pid=$(live_pid "$PIDFILE" "$MARK") && answers; then
     say "running and answering on $HOST:$PORT (pid $pid)"
   else
     say "not running (log: ${LOG#"$ROOT"/})"

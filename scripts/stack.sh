@@ -43,6 +43,10 @@ SCRIPT_TAG=stack
 
 # shellcheck source=lib/venv.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/venv.sh"
+# live_pid, port_in_use, start_bg, stop_bg, …: the process supervision
+# stack.sh and lambda.sh share.
+# shellcheck source=lib/supervise.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/supervise.sh"
 
 # ---------------------------------------------------------------------------
 # Mode selection
@@ -111,91 +115,6 @@ moto_healthy() {
     -d '{}' 2>/dev/null | grep -q '"TableNames"'
 }
 
-# True if something accepts TCP connections on HOST:$1.
-port_in_use() {
-  (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null
-}
-
-# ---------------------------------------------------------------------------
-# Host processes
-# ---------------------------------------------------------------------------
-
-# Prints the pid from pid file $1 if that process is alive and its command line
-# contains $2; fails otherwise.
-live_pid() {
-  local pid
-  pid=$(cat "$1" 2>/dev/null) || return 1
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2" || return 1
-  echo "$pid"
-}
-
-# start_bg PIDFILE LOG CMD... : run CMD detached in its own session (setsid), so
-# it outlives this script and `down` can signal the whole process group,
-# including any children it spawns. The child writes its own pid (which is
-# also its session and process-group id) before exec'ing CMD.
-start_bg() {
-  local pidfile=$1 log=$2
-  shift 2
-  rm -f "$pidfile"
-  # shellcheck disable=SC2016  # $$ and $@ are for the inner bash
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" >"$log" 2>&1 </dev/null &
-  disown
-  for _ in $(seq 1 50); do [[ -s $pidfile ]] && return 0; sleep 0.1; done
-  die "could not start: $*"
-}
-
-# Pids of the processes in session $1 (what start_bg started and its children).
-# With $2 = ours-only, only those running from this repo's .state/ (our venvs):
-# used when the session leader is gone and the session id cannot be trusted.
-session_members() {
-  local sid=$1 filter=${2:-} pid
-  # Zombies (stat Z) have exited already; they linger until init reaps them.
-  for pid in $(ps -eo pid=,sid=,stat= | awk -v s="$sid" '$2 == s && $3 !~ /^Z/ { print $1 }'); do
-    if [[ $filter == ours-only ]]; then
-      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$STATE/" || continue
-    fi
-    echo "$pid"
-  done
-  return 0
-}
-
-# stop_bg NAME PIDFILE MARK : SIGTERM the process group, wait up to 15 s,
-# then SIGKILL whatever is left of it (LocalStack's shutdown can hang).
-stop_bg() {
-  local name=$1 pidfile=$2 mark=$3 sid filter="" members
-  sid=$(cat "$pidfile" 2>/dev/null) || return 0
-  [[ $sid =~ ^[0-9]+$ ]] || { rm -f "$pidfile"; return 0; }
-  if live_pid "$pidfile" "$mark" >/dev/null; then
-    kill -TERM -- "-$sid" 2>/dev/null || true
-  else
-    # Leader already gone: only its orphans (if any) are left to stop.
-    filter=ours-only
-    members=$(session_members "$sid" "$filter")
-    [[ -z $members ]] && { rm -f "$pidfile"; return 0; }
-    # shellcheck disable=SC2086  # $members is a list of pids
-    kill -TERM $members 2>/dev/null || true
-  fi
-  say "stopping $name…"
-  for _ in $(seq 1 60); do
-    members=$(session_members "$sid" "$filter")
-    [[ -z $members ]] && break
-    sleep 0.25
-  done
-  if [[ -n $members ]]; then
-    say "$name did not exit within 15 s of SIGTERM; sending SIGKILL"
-    # shellcheck disable=SC2086  # $members is a list of pids
-    kill -KILL $members 2>/dev/null || true
-    sleep 0.5
-  fi
-  rm -f "$pidfile"
-}
-
-# ---------------------------------------------------------------------------
-# Python venvs
-# ---------------------------------------------------------------------------
-
 # ---------------------------------------------------------------------------
 # Host mode: LocalStack + moto
 # ---------------------------------------------------------------------------
@@ -252,7 +171,7 @@ start_localstack() {
     stop_bg LocalStack "$LS_PIDFILE" "$LS_MARK"
     die "LocalStack did not report SQS healthy within 120 s (log: $LOGS/localstack.log)"
   fi
-  if ss -ltnH 2>/dev/null | awk '{ print $4 }' | grep -Eq "^(0\.0\.0\.0|\*|\[::\]):$LS_PORT\$"; then
+  if listens_on_all_interfaces "$LS_PORT"; then
     stop_bg LocalStack "$LS_PIDFILE" "$LS_MARK"
     die "LocalStack listened on all interfaces instead of $HOST:$LS_PORT; stopped it"
   fi

@@ -15,18 +15,17 @@
 //!
 //! The random source is a parameter so tests can seed it, and nothing here
 //! reads a clock: the caller passes how long the message has been in flight,
-//! and [`visibility_timeout`] keeps the total under SQS's 12-hour limit.
+//! and the batch rounds the delay up to whole seconds and keeps the total
+//! under SQS's 12-hour limit ([`MAX_IN_FLIGHT`]).
 //!
 //! ```
 //! use std::time::Duration;
-//! use idemq::backoff::{Backoff, visibility_timeout};
+//! use idemq::backoff::Backoff;
 //!
 //! let backoff = Backoff::new().validate().unwrap();
 //! // Third receive: the ceiling is 2 s * 2^2 = 8 s.
 //! let delay = backoff.delay(3, &mut rand::rng());
 //! assert!(delay <= Duration::from_secs(8));
-//! let timeout = visibility_timeout(delay, Duration::from_secs(40));
-//! assert_eq!(timeout.subsec_nanos(), 0); // SQS takes whole seconds
 //! ```
 
 use std::time::Duration;
@@ -39,7 +38,7 @@ pub const MAX_IN_FLIGHT: Duration = Duration::from_secs(12 * 3600);
 
 /// Room kept below [`MAX_IN_FLIGHT`]: the caller's "in flight so far" is
 /// measured on its own clock, and the request takes time to reach SQS.
-pub const IN_FLIGHT_SAFETY_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const IN_FLIGHT_SAFETY_MARGIN: Duration = Duration::from_secs(5);
 
 /// Exponential backoff with full jitter: base delay and cap.
 ///
@@ -107,10 +106,12 @@ impl Backoff {
         Ok(self)
     }
 
+    /// The delay's ceiling on the first receive.
     pub fn base(&self) -> Duration {
         self.base
     }
 
+    /// The longest delay, whatever the receive count.
     pub fn cap(&self) -> Duration {
         self.cap
     }
@@ -164,19 +165,30 @@ impl Default for Backoff {
 /// Why a [`Backoff`] was rejected by [`Backoff::validate`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidBackoff {
+    /// The base is zero: every delay would be zero.
     #[error("backoff base must be greater than zero")]
     ZeroBase,
+    /// The cap is below the base.
     #[error(
         "backoff cap ({}) is below its base ({})",
         humantime::format_duration(*.cap),
         humantime::format_duration(*.base)
     )]
-    CapBelowBase { base: Duration, cap: Duration },
+    CapBelowBase {
+        /// The policy's base.
+        base: Duration,
+        /// The policy's cap.
+        cap: Duration,
+    },
+    /// The cap is over SQS's 12 hours in flight ([`MAX_IN_FLIGHT`]).
     #[error(
         "backoff cap ({}) is over 12h, the longest SQS keeps a message in flight",
         humantime::format_duration(*.cap)
     )]
-    CapOverTwelveHours { cap: Duration },
+    CapOverTwelveHours {
+        /// The policy's cap.
+        cap: Duration,
+    },
 }
 
 /// The visibility timeout to set for a retry.
@@ -195,20 +207,8 @@ pub enum InvalidBackoff {
 ///
 /// `in_flight_so_far` is the time since the receive that returned the
 /// receipt handle; when it can only be estimated, overestimate it.
-///
-/// ```
-/// use std::time::Duration;
-/// use idemq::backoff::visibility_timeout;
-///
-/// let h = |n: u64| Duration::from_secs(n * 3600);
-/// assert_eq!(visibility_timeout(Duration::from_millis(7_100), h(0)), Duration::from_secs(8));
-/// assert_eq!(visibility_timeout(Duration::from_millis(1), h(0)), Duration::from_secs(1));
-/// assert_eq!(visibility_timeout(Duration::ZERO, h(0)), Duration::ZERO);
-/// // 11 h already in flight: only 1 h - 5 s of room is left.
-/// assert_eq!(visibility_timeout(h(3), h(11)), Duration::from_secs(3600 - 5));
-/// assert_eq!(visibility_timeout(h(3), h(12)), Duration::ZERO);
-/// ```
-pub fn visibility_timeout(delay: Duration, in_flight_so_far: Duration) -> Duration {
+/// (Examples: the `visibility_timeout_examples` unit test.)
+pub(crate) fn visibility_timeout(delay: Duration, in_flight_so_far: Duration) -> Duration {
     let room = MAX_IN_FLIGHT
         .saturating_sub(IN_FLIGHT_SAFETY_MARGIN)
         .saturating_sub(in_flight_so_far);
@@ -258,7 +258,7 @@ fn secs(d: Duration) -> humantime::FormattedDuration {
     margin = secs(*margin),
     margin_s = margin.as_secs(),
 )]
-pub struct OutlivesRetention {
+pub(crate) struct OutlivesRetention {
     /// Time since the message was sent to the queue (`SentTimestamp`).
     pub age: Duration,
     /// The longest the retry could wait before its next attempt.
@@ -276,19 +276,7 @@ pub struct OutlivesRetention {
 /// covers what happens between the message turning visible and its next
 /// attempt being over, e.g. [`RETENTION_SAFETY_MARGIN`] plus the queue's
 /// visibility timeout.
-///
-/// ```
-/// use std::time::Duration;
-/// use idemq::backoff::check_retry_within_retention;
-///
-/// let h = |n: u64| Duration::from_secs(n * 3600);
-/// // Retention 4 days, margin 1 h: a 2-day-old message can wait 12 h ...
-/// assert!(check_retry_within_retention(h(48), h(12), h(96), h(1)).is_ok());
-/// // ... a 3.5-day-old one cannot.
-/// let late = check_retry_within_retention(h(84), h(12), h(96), h(1)).unwrap_err();
-/// assert!(late.to_string().contains("302400 s"), "{late}"); // its age
-/// ```
-pub fn check_retry_within_retention(
+pub(crate) fn check_retry_within_retention(
     age: Duration,
     delay: Duration,
     retention: Duration,
@@ -379,13 +367,19 @@ pub fn worst_case_time_to_redrive(
     margin = secs(*margin),
 )]
 pub struct RetriesOutliveRetention {
+    /// The queue's `RedrivePolicy.maxReceiveCount`.
     pub max_receive_count: u32,
+    /// The queue's visibility timeout.
     pub visibility_timeout: Duration,
+    /// The backoff's base ([`Backoff::base`]).
     pub base: Duration,
+    /// The backoff's cap ([`Backoff::cap`]).
     pub cap: Duration,
     /// [`worst_case_time_to_redrive`].
     pub worst_case: Duration,
+    /// The queue's `MessageRetentionPeriod`.
     pub retention: Duration,
+    /// Room kept below the retention ([`RETENTION_SAFETY_MARGIN`]).
     pub margin: Duration,
 }
 

@@ -50,12 +50,17 @@ use crate::queue::{CALL_TIMEOUT, QueueInfo};
 /// One received SQS message, whichever host received it.
 #[derive(Debug, Clone)]
 pub struct Message {
+    /// SQS's `MessageId`.
     pub message_id: String,
+    /// The receipt handle of the receive that returned it.
     pub receipt_handle: String,
+    /// The body, as sent.
     pub body: String,
+    /// Its message attributes (`idemq-job-id` among them, when set).
     pub attributes: HashMap<String, MessageAttributeValue>,
     /// `ApproximateReceiveCount`: 1 on the first delivery.
     pub receive_count: u32,
+    /// `MessageGroupId`: FIFO queues only.
     pub group_id: Option<String>,
     /// When the receive that issued `receipt_handle` happened, for SQS's
     /// 12-hour limit on time in flight.
@@ -104,7 +109,7 @@ impl Message {
 }
 
 /// An SQS timestamp attribute (`SentTimestamp`: epoch milliseconds).
-pub fn epoch_ms(value: &str) -> Option<SystemTime> {
+pub(crate) fn epoch_ms(value: &str) -> Option<SystemTime> {
     let ms: u64 = value.parse().ok()?;
     UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
@@ -122,17 +127,25 @@ pub fn epoch_ms(value: &str) -> Option<SystemTime> {
 ///
 /// The last m/8 (250 ms by default) is left for the host to answer
 /// (Lambda's runtime API is a local HTTP call). Every call after the
-/// handlers is also bounded by [`CALL_TIMEOUT`].
+/// handlers is also bounded by a per-call timeout (5 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
+    /// deadline − m: no job starts after this.
     pub start_by: Instant,
+    /// deadline − m/2: a job still running is abandoned and retried.
     pub abandon_at: Instant,
+    /// deadline − 3m/8: failure records still unwritten are dropped.
     pub optional_by: Instant,
+    /// deadline − m/4: DLQ sends still unfinished are given up.
     pub required_by: Instant,
+    /// deadline − m/8: visibility changes are given up and the batch answers.
     pub respond_by: Instant,
 }
 
 impl Budget {
+    /// The stages for a batch due at `deadline` with margin `margin` (an
+    /// instant that would come before tokio's clock began is the deadline
+    /// itself).
     pub fn new(deadline: Instant, margin: Duration) -> Self {
         let before = |d: Duration| deadline.checked_sub(d).unwrap_or(deadline);
         Self {
@@ -167,6 +180,7 @@ pub struct BatchReport {
     /// Receipt handles of messages done with (acknowledged or dead-lettered
     /// by idemq), for a host that deletes them itself.
     pub done: Vec<String>,
+    /// The batch's counts and job durations.
     pub metrics: BatchMetrics,
 }
 
@@ -181,6 +195,10 @@ pub struct Processor<H> {
 }
 
 impl<H: Handler> Processor<H> {
+    /// A processor for `handler`: commits through `committer`, records
+    /// failures and sends dead letters through `dead_letters`, sets
+    /// visibility with `sqs`, finds job ids with `resolver`. Hosts build it
+    /// once per process ([`crate::host::Host::from_clients`]).
     pub fn new(
         handler: H,
         committer: Committer,
@@ -516,7 +534,7 @@ impl<H: Handler> Processor<H> {
 /// groups that stop at their first failure; other messages are groups of
 /// one; up to `concurrency` groups run at once; no job starts within
 /// `deadline_margin` of the deadline.
-pub async fn schedule<'m, F, Fut>(
+pub(crate) async fn schedule<'m, F, Fut>(
     messages: &'m [Message],
     deadline: Instant,
     config: &BatchConfig,
@@ -588,7 +606,7 @@ where
 
 /// The partial batch response: the ids of messages whose verdict leaves
 /// them on the queue, each once, in batch order.
-pub fn failed_ids<'a>(
+pub(crate) fn failed_ids<'a>(
     verdicts: impl IntoIterator<Item = (&'a Message, &'a Verdict)>,
 ) -> Vec<String> {
     let mut seen = HashSet::new();

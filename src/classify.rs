@@ -10,7 +10,7 @@ use crate::job::InvalidJobId;
 
 /// How one attempt at a job ended, before any decision.
 #[derive(Debug)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     InvalidJobId(InvalidJobId),
     Undecodable(serde_json::Error),
     Handler(JobError),
@@ -23,6 +23,7 @@ pub enum Attempt {
 /// Why a job failed: what failure records and DLQ attributes carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
+    /// What kind of failure, as stored and shown.
     pub kind: FailureKind,
     /// One line: the outermost error.
     pub error: String,
@@ -40,20 +41,30 @@ impl Failure {
     }
 }
 
+/// The kind of a [`Failure`]: what a failure record's `kind` and
+/// `idemq dlq` show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailureKind {
+    /// A transient handler error, a throttled or conflicting transaction, a
+    /// missing table: retried.
     Transient,
+    /// An undecodable payload, an invalid job id, a handler's permanent
+    /// error: dead-lettered at once.
     Permanent,
     /// Same job id, different payload.
     Conflict,
     /// An effect condition failed.
     Rejected,
+    /// The handler panicked: retried (a deploy may fix it).
     Panic,
+    /// The job did not finish before the batch's deadline: retried.
     Timeout,
 }
 
 impl FailureKind {
+    /// The kind's name as stored in failure records: `transient`,
+    /// `permanent`, `conflict`, `rejected`, `panic`, `timeout`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Transient => "transient",
@@ -77,14 +88,22 @@ pub enum Verdict {
     /// Leave it on the queue with a backoff (or the handler's retry-after);
     /// SQS's redrive takes it to the DLQ after maxReceiveCount receives.
     Retry {
+        /// Why it failed.
         failure: Failure,
+        /// The handler's own delay ([`JobError::retry_after`](crate::handler::JobError::retry_after)), if any.
         retry_after: Option<Duration>,
     },
     /// Retrying cannot help: send to the DLQ now with context, acknowledge.
-    DeadLetter { failure: Failure },
+    DeadLetter {
+        /// Why it failed.
+        failure: Failure,
+    },
     /// Never attempted (the deadline was near, or an earlier message of its
     /// FIFO group failed): hand it back at once, with no failure record.
-    NotAttempted { why: &'static str },
+    NotAttempted {
+        /// Which of the two.
+        why: &'static str,
+    },
 }
 
 impl Verdict {
@@ -97,7 +116,7 @@ impl Verdict {
 
 /// The one decision: transient things are retried, permanent things are
 /// dead-lettered now, commits are acknowledged.
-pub fn classify(attempt: Attempt) -> Verdict {
+pub(crate) fn classify(attempt: Attempt) -> Verdict {
     let retry = |kind, err: &(dyn Error + 'static), retry_after| Verdict::Retry {
         failure: failure(kind, err),
         retry_after,

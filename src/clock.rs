@@ -3,7 +3,7 @@
 //! Instants and sleeps come from tokio's clock everywhere in idemq, so a
 //! test that pauses it drives every deadline. Timestamps (a message's age
 //! from its `SentTimestamp`, a marker's `expires_at`, a failure record's
-//! `failed_at`) come from [`now`], and the retry jitter from [`with_jitter`]:
+//! `failed_at`) come from [`now`], and the retry jitter from `with_jitter`:
 //! by default `SystemTime::now()` and `rand::rng()`, and on a thread that
 //! called [`simulate`], a wall clock that moves with tokio's (paused) clock
 //! and a seeded generator, so that a simulated run is a pure function of
@@ -34,7 +34,7 @@ pub fn now() -> SystemTime {
 
 /// Runs `f` with the jitter source: `rand::rng()`, or on a simulated
 /// thread the generator seeded by [`simulate`].
-pub fn with_jitter<T>(f: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
+pub(crate) fn with_jitter<T>(f: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
     JITTER.with_borrow_mut(|seeded| match seeded {
         Some(rng) => f(rng),
         None => f(&mut rand::rng()),

@@ -16,25 +16,36 @@ use crate::job::JobIdResolver;
 pub const DEFAULT_MARKER_TTL: Duration = Duration::from_secs(21 * 24 * 3600);
 
 /// How long after a dead letter's retention ends a replay may still happen.
-pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Attribute names of the idemq table. The table has one string partition
 /// key and DynamoDB TTL enabled on `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TableLayout {
+    /// The table's name (`IDEMQ_TABLE`).
     pub table_name: String,
+    /// The string partition key (`IDEMQ_ATTR_PK`, default `pk`).
     pub partition_key: String,
+    /// The TTL attribute, epoch seconds (`IDEMQ_ATTR_EXPIRES_AT`, default
+    /// `expires_at`).
     pub expires_at: String,
+    /// A marker's job id (`job_id`).
     pub job_id: String,
+    /// A marker's payload hash (`payload_hash`), compared on a duplicate.
     pub payload_hash: String,
+    /// When a marker was committed (`committed_at`).
     pub committed_at: String,
+    /// A marker's source queue name (`queue`).
     pub queue: String,
     /// Every key idemq writes starts with this; effects may not use it.
     pub key_prefix: String,
 }
 
 impl TableLayout {
+    /// The default attribute names (`pk`, `expires_at`, `job_id`,
+    /// `payload_hash`, `committed_at`, `queue`) and key prefix (`idemq#`)
+    /// for the table `table_name`.
     pub fn new(table_name: impl Into<String>) -> Self {
         Self {
             table_name: table_name.into(),
@@ -111,8 +122,10 @@ impl TableLayout {
 #[non_exhaustive]
 pub struct IdempotencyConfig {
     /// How long a marker is kept (DynamoDB TTL). Must outlive every copy of
-    /// the job: see [`check_marker_ttl`].
+    /// the job (source retention + DLQ retention + a replay day): idemq
+    /// checks that against the queues at start-up and in `idemq init`.
     pub marker_ttl: Duration,
+    /// Where a job's id is found (`IDEMQ_JOB_ID_POINTER`).
     pub job_id: JobIdResolver,
 }
 
@@ -171,12 +184,17 @@ pub fn parse_duration(var: &'static str, value: &str) -> Result<Duration, Config
 /// A configuration value that is missing or malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A required variable is not set (its name).
     #[error("{0} is not set")]
     Missing(&'static str),
+    /// A variable's value cannot be used.
     #[error("{var}={value:?} is invalid: {why}")]
     Invalid {
+        /// The variable.
         var: &'static str,
+        /// Its value.
         value: String,
+        /// Why it was refused.
         why: String,
     },
 }
@@ -194,7 +212,7 @@ pub enum ConfigError {
     replay = humantime::format_duration(REPLAY_WINDOW),
     needed = humantime::format_duration(*source_retention + *dlq_retention + REPLAY_WINDOW),
 )]
-pub struct TtlTooShort {
+pub(crate) struct TtlTooShort {
     pub ttl: Duration,
     pub source_retention: Duration,
     pub dlq_retention: Duration,
@@ -202,7 +220,7 @@ pub struct TtlTooShort {
 
 /// Checks that a marker outlives every copy of its job: the source queue's
 /// retention, then the DLQ's, then a day to replay it.
-pub fn check_marker_ttl(
+pub(crate) fn check_marker_ttl(
     ttl: Duration,
     source_retention: Duration,
     dlq_retention: Duration,
@@ -294,8 +312,10 @@ pub struct BatchConfig {
     pub concurrency: usize,
     /// No job starts when less than this is left before the deadline, a
     /// running job is abandoned (reported failed) at half of it, and the
-    /// work after the handlers is over at an eighth of it: see [`Budget`].
+    /// work after the handlers is over at an eighth of it: see
+    /// [`Budget`](crate::batch::Budget).
     pub deadline_margin: Duration,
+    /// Retry delays for transient failures.
     pub backoff: Backoff,
 }
 

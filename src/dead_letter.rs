@@ -33,9 +33,13 @@ use crate::producer::{
     message_size, spare_attribute_slots,
 };
 
+/// Dead-letter context attribute: the last error, capped.
 pub const ATTR_ERROR: &str = "idemq-error";
+/// Dead-letter context attribute: attempts made.
 pub const ATTR_ATTEMPTS: &str = "idemq-attempts";
+/// Dead-letter context attribute: when it failed (RFC 3339).
 pub const ATTR_FAILED_AT: &str = "idemq-failed-at";
+/// Dead-letter context attribute: the source queue's name.
 pub const ATTR_SOURCE_QUEUE: &str = "idemq-source-queue";
 /// Longest context attribute value, in bytes; the record keeps the whole
 /// error (within [`MAX_RECORD_ERROR`] and the chain caps).
@@ -50,10 +54,13 @@ pub const MAX_RECORD_ERROR: usize = 8 * 1024;
 /// so an error chain of any length can never make the PutItem fail.
 pub const MAX_RECORD_CHAIN: usize = 64 * 1024;
 
+/// An error of the dead-letter tools or of a failure record write.
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
+    /// A DynamoDB call failed (failure records).
     #[error("DynamoDB: {0}")]
     DynamoDb(String),
+    /// An SQS call failed.
     #[error("SQS: {0}")]
     Sqs(String),
     /// The message alone (body, producer attributes, `idemq-job-id`) is
@@ -62,8 +69,11 @@ pub enum DlqError {
         "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
     )]
     TooLarge {
+        /// The message's `MessageId`.
         message_id: String,
+        /// Its size as SQS counts it.
         bytes: usize,
+        /// The DLQ's `MaximumMessageSize`.
         limit: usize,
     },
 }
@@ -84,11 +94,17 @@ impl From<crate::queue::QueueError> for DlqError {
 pub struct FailureRecord {
     /// The job id, or `None` when the message had no valid one.
     pub job_id: Option<String>,
+    /// The message's `MessageId`.
     pub message_id: String,
+    /// This attempt's number (`ApproximateReceiveCount`).
     pub attempt: u32,
+    /// Why it failed.
     pub failure: Failure,
+    /// When it failed.
     pub failed_at: SystemTime,
+    /// The source queue's name.
     pub source_queue: String,
+    /// SHA-256 of the body, hex: the payload itself is never stored.
     pub payload_hash: String,
 }
 
@@ -104,6 +120,8 @@ pub struct DeadLetters {
 }
 
 impl DeadLetters {
+    /// Writes records to the idemq table of `layout` (kept `marker_ttl`,
+    /// like the markers) and sends dead letters with `sqs`.
     pub fn new(
         ddb: aws_sdk_dynamodb::Client,
         sqs: aws_sdk_sqs::Client,
@@ -322,13 +340,13 @@ impl DeadLetters {
     /// refused for idemq's own additions (a refused send would leave the
     /// message on the source queue and rerun the handler on every receive):
     /// - the context only takes the attribute slots that the producer's
-    ///   attributes and `idemq-job-id` leave ([`spare_attribute_slots`]),
+    ///   attributes and `idemq-job-id` leave of SQS's 10,
     ///   filled in the order error, attempts, failed-at, source queue; every
     ///   value has characters SQS refuses replaced with U+FFFD and is capped;
     /// - if the copy would not fit the DLQ's `MaximumMessageSize`, the
     ///   context is left out (the failure record keeps it);
     /// - if SQS still refuses the copy as invalid
-    ///   ([`INVALID_MESSAGE_CODES`]), it is sent again bare: body, producer
+    ///   (`InvalidMessageContents`, `InvalidParameterValue`, …), it is sent again bare: body, producer
     ///   attributes and `idemq-job-id`.
     ///
     /// Fails (and the message stays on its queue) only when the bare
@@ -571,8 +589,11 @@ fn bare_code(code: &str) -> &str {
 /// What `DeadLetters::send` needs of the original message.
 #[derive(Debug, Clone)]
 pub struct DeadLetter<'a> {
+    /// The original body.
     pub body: &'a str,
+    /// The original message attributes.
     pub attributes: &'a HashMap<String, MessageAttributeValue>,
+    /// `MessageGroupId`, for a FIFO DLQ.
     pub group_id: Option<&'a str>,
 }
 
@@ -597,7 +618,7 @@ fn truncate(s: &str, max: usize) -> String {
 /// bytes, the whole at about [`MAX_RECORD_CHAIN`]. When entries must go,
 /// the outermost ones and the innermost (usually the root cause) are kept,
 /// and one entry in their place says how many were left out.
-pub fn capped_chain(chain: &[String]) -> Vec<String> {
+pub(crate) fn capped_chain(chain: &[String]) -> Vec<String> {
     // DynamoDB counts a list element as its bytes plus one.
     let cost = |e: &String| e.len() + 1;
     let capped: Vec<String> = chain

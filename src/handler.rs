@@ -139,11 +139,13 @@ impl std::fmt::Display for JobError {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct JobMeta {
+    /// The job's id (attribute, body pointer or `MessageId`).
     pub job_id: JobId,
     /// 1 on the first delivery (`ApproximateReceiveCount`).
     pub attempt: u32,
     /// The source queue's name.
     pub queue: String,
+    /// SQS's `MessageId` of this delivery.
     pub message_id: String,
     /// When the host must have answered (the Lambda deadline, or the
     /// worker's visibility timeout).
@@ -165,6 +167,11 @@ pub trait Handler: Send + Sync + 'static {
     /// does not decode is a permanent error, sent to the DLQ.
     type Job: DeserializeOwned + Send + 'static;
 
+    /// Handles one job: its [`Effect`] is committed with the dedup marker
+    /// in one transaction; an `Err` says whether to retry ([`JobError`]).
+    /// Called again for every delivery that finds no marker, so it must not
+    /// have side effects outside the effect (or must key them with
+    /// [`JobMeta::downstream_key`]).
     fn handle(
         &self,
         job: Self::Job,

@@ -13,10 +13,15 @@ use crate::queue::QueueInfo;
 /// Any error that stops a host from starting or running.
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Clients and the processor, built once.
+/// What a host builds once per process: the SQS client and the batch
+/// [`Processor`] (handler, committer, dead-letter writer, settings).
+///
+/// `lambda::BatchService::from_host` (feature `lambda`) and
+/// `worker::serve` (feature `worker`) run batches through it; build one
+/// yourself with [`Host::from_clients`] to bring SDK clients of your own.
 pub struct Host<H> {
-    pub sqs: aws_sdk_sqs::Client,
-    pub processor: Processor<H>,
+    pub(crate) sqs: aws_sdk_sqs::Client,
+    pub(crate) processor: Processor<H>,
     marker_ttl: Duration,
 }
 
@@ -72,6 +77,11 @@ impl<H: Handler> Host<H> {
             processor,
             marker_ttl: behaviour.marker_ttl,
         }
+    }
+
+    /// The batch processor: runs one batch to its report.
+    pub fn processor(&self) -> &Processor<H> {
+        &self.processor
     }
 
     /// Finds a queue's DLQ and maxReceiveCount, and says so when the marker

@@ -35,14 +35,14 @@ pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 /// SQS's default retention, used for the source queue.
 pub const SOURCE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
 /// SQS's limit on a visibility timeout.
-pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 /// The templates' least `maxReceiveCount` (SAM's `MaxReceiveCount`
 /// `MinValue`, Terraform's `max_receive_count` validation): fewer receives
 /// leave too little room for backoff to ride out an outage.
-pub const MIN_MAX_RECEIVE_COUNT: u32 = 5;
+pub(crate) const MIN_MAX_RECEIVE_COUNT: u32 = 5;
 /// The source retentions the templates allow: 1 to 13 days, below the
 /// DLQ's 14 so a dead letter outlives the message it came from.
-pub const SOURCE_RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
+pub(crate) const SOURCE_RETENTION_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(24 * 3600)..=Duration::from_secs(13 * 24 * 3600);
 
 /// How the table is protected beyond what every idemq table has (SSE with
@@ -73,10 +73,13 @@ impl Default for TableProtection {
 pub struct InitSpec {
     /// Source queue name; `.fifo` is added for a FIFO queue if missing.
     pub queue_name: String,
+    /// A FIFO queue (and a FIFO DLQ).
     pub fifo: bool,
     /// Receives before SQS moves a message to the DLQ.
     pub max_receive_count: u32,
+    /// The source queue's visibility timeout.
     pub visibility_timeout: Duration,
+    /// The table and its attribute names.
     pub layout: TableLayout,
     /// The marker TTL the consumers will use, checked against retention.
     pub marker_ttl: Duration,
@@ -85,8 +88,11 @@ pub struct InitSpec {
 /// The resources, as printed by `idemq init`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InitReport {
+    /// The source queue's URL.
     pub queue_url: String,
+    /// The DLQ's URL.
     pub dlq_url: String,
+    /// The table's name.
     pub table_name: String,
     /// What init created this time (empty on a second run).
     #[serde(skip)]
@@ -101,23 +107,33 @@ pub struct InitReport {
     pub violations: Vec<String>,
 }
 
+/// Why `idemq init` could not create or verify the resources.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// The spec itself is invalid (a queue name, a count out of range).
     #[error("{0}")]
     InvalidSpec(String),
+    /// A resource exists with a different setting than asked for.
     #[error(
         "{resource} exists with {attribute} = {found}, but {expected} was asked for; change it by hand or pick another name"
     )]
     Mismatch {
+        /// The queue or table.
         resource: String,
+        /// The setting.
         attribute: &'static str,
+        /// What was asked for.
         expected: String,
+        /// What it has.
         found: String,
     },
+    /// An SQS call failed.
     #[error("SQS: {0}")]
     Sqs(String),
+    /// A DynamoDB call failed.
     #[error("DynamoDB: {0}")]
     DynamoDb(String),
+    /// The table (name) did not become `ACTIVE` within the wait (duration).
     #[error("table {0} did not become ACTIVE within {1:?}")]
     TableNotActive(String, Duration),
 }
@@ -304,7 +320,7 @@ pub async fn init_with(
 /// for the queue init made: its maxReceiveCount and visibility timeout, the
 /// consumers' backoff (`IDEMQ_BACKOFF_BASE` / `IDEMQ_BACKOFF_CAP`, or the
 /// default when unset or invalid) and `retention`.
-pub fn retry_budget_warning(spec: &InitSpec, retention: Duration) -> Option<String> {
+pub(crate) fn retry_budget_warning(spec: &InitSpec, retention: Duration) -> Option<String> {
     let backoff = crate::config::BatchConfig::from_env()
         .map(|c| c.backoff)
         .unwrap_or_default();
@@ -416,7 +432,8 @@ fn attr_name(attr: &Attr) -> &'static str {
 
 /// Creates the table as the templates do, or verifies the existing one's
 /// key and TTL. True when it was created. [`init`] also reports an existing
-/// table's shortfalls against the templates (see [`ensure_table_with`]).
+/// table's shortfalls against the templates (encryption, point-in-time
+/// recovery, deletion protection, on-demand billing).
 pub async fn ensure_table(
     ddb: &aws_sdk_dynamodb::Client,
     layout: &TableLayout,
@@ -429,7 +446,7 @@ pub async fn ensure_table(
 /// `expires_at`) or verifies the existing one: a different key or TTL
 /// attribute is an error; missing encryption, recovery, protection or
 /// on-demand billing is pushed to `violations`. True when it was created.
-pub async fn ensure_table_with(
+pub(crate) async fn ensure_table_with(
     ddb: &aws_sdk_dynamodb::Client,
     layout: &TableLayout,
     protection: TableProtection,

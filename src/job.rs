@@ -36,15 +36,29 @@ pub struct JobId(String);
 /// cannot change its id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidJobId {
+    /// The id is empty.
     #[error("job id is empty")]
     Empty,
+    /// The id is over [`MAX_JOB_ID_BYTES`].
     #[error("job id is {len} bytes long; the limit is {MAX_JOB_ID_BYTES}")]
-    TooLong { len: usize },
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The id holds a control character.
     #[error("job id contains control character U+{code:04X} at byte {at}")]
-    ControlCharacter { code: u32, at: usize },
+    ControlCharacter {
+        /// The character's code point.
+        code: u32,
+        /// Its byte offset.
+        at: usize,
+    },
+    /// The body pointer names something that is not a string or a number.
     #[error("job id pointer {pointer} names a {found} in the body; expected a string or a number")]
     NotAScalar {
+        /// The pointer (`IDEMQ_JOB_ID_POINTER`).
         pointer: String,
+        /// What it names: `boolean`, `array` or `object`.
         found: &'static str,
     },
 }
@@ -68,6 +82,7 @@ impl JobId {
         Ok(Self(id))
     }
 
+    /// The id as a string.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -116,8 +131,11 @@ pub fn downstream_key(job: &JobId, step: &str) -> String {
 /// Where a job's id was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobIdSource {
+    /// The `idemq-job-id` message attribute.
     Attribute,
+    /// The body, at the configured JSON pointer.
     BodyPointer,
+    /// SQS's `MessageId` (a fallback: a copy sent again gets a new one).
     MessageId,
 }
 
@@ -125,14 +143,17 @@ pub enum JobIdSource {
 /// pointer (RFC 6901, e.g. `/transfer_id`) is optional.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobIdResolver {
+    /// A JSON pointer (RFC 6901) to the id in the body, e.g. `/transfer_id`.
     pub body_pointer: Option<String>,
 }
 
 impl JobIdResolver {
+    /// The attribute, then the `MessageId`: no body pointer.
     pub const fn new() -> Self {
         Self { body_pointer: None }
     }
 
+    /// Also looks for the id at `pointer` in the body, after the attribute.
     pub fn with_body_pointer(mut self, pointer: impl Into<String>) -> Self {
         self.body_pointer = Some(pointer.into());
         self
@@ -185,7 +206,7 @@ static MESSAGE_ID_IDENTITY_WARNED: AtomicBool = AtomicBool::new(false);
 /// is a new message with a new `MessageId`
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>):
 /// a new job to idemq, applied again.
-pub fn warn_message_id_identity() -> bool {
+pub(crate) fn warn_message_id_identity() -> bool {
     warn_once(&MESSAGE_ID_IDENTITY_WARNED)
 }
 
@@ -232,6 +253,7 @@ fn pointed_id(body: &str, pointer: &str) -> Result<Option<String>, InvalidJobId>
 pub struct PayloadHash(String);
 
 impl PayloadHash {
+    /// The hash of `body`.
     pub fn of(body: &[u8]) -> Self {
         Self(hex::encode(Sha256::digest(body)))
     }
@@ -241,6 +263,7 @@ impl PayloadHash {
         Self(hex.into())
     }
 
+    /// The hash as lowercase hex.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -6,20 +6,43 @@
 //! `TransactWriteItems` ([`commit`]). A redelivered job finds its marker and
 //! is acknowledged as a duplicate; a crash leaves either both or neither.
 //!
-//! Where things live:
-//! - [`job`]: the job id (attribute, body pointer or `MessageId`) and the
-//!   payload hash;
+//! Where things live. Writing a handler:
+//! - [`handler`]: the [`Handler`](handler::Handler) trait,
+//!   [`handler_fn`](handler::handler_fn),
+//!   [`JobError`](handler::JobError) (retry intent) and
+//!   [`JobMeta`](handler::JobMeta);
 //! - [`effect`]: the typed builder for a job's writes and its limits;
-//! - [`commit`]: the dedup transaction and its outcomes;
-//! - [`config`]: `IDEMQ_*` settings and the table layout;
-//! - [`init`]: creating or verifying the queue, DLQ and table;
-//! - [`dead_letter`]: what a failed job leaves (failure records, idemq's own
-//!   dead letters with their context); [`dlq`]: the operator's tools that
-//!   read, redrive, export and import them;
+//! - [`job`]: the job id (attribute, body pointer or `MessageId`), the
+//!   payload hash and downstream idempotency keys;
+//! - [`producer`]: sending jobs with a stable id ([`Producer`]).
+//!
+//! Running it (the hosts, and what they share):
 //! - `lambda` (feature `lambda`): the Lambda host, and
 //!   `lambda::BatchService`, the SQS batch handler as a tower service for a
 //!   `main` of your own;
-//! - `worker` (feature `worker`): the local worker host.
+//! - `worker` (feature `worker`): the local worker host;
+//! - [`host`]: what both hosts build once (clients, the batch processor);
+//! - [`config`]: `IDEMQ_*` settings ([`BatchConfig`](config::BatchConfig)
+//!   among them) and the table layout;
+//! - [`batch`]: the batch contract (FIFO order, deadline budget, partial
+//!   batch response);
+//! - [`classify`]: how each way a job can end becomes what SQS does;
+//! - [`commit`]: the dedup transaction and its outcomes;
+//! - [`backoff`]: retry delays (exponential, full jitter) and the check
+//!   that retries fit the queue's retention;
+//! - [`queue`]: what idemq reads of a source queue, and the SQS calls
+//!   shared by the runtime and the tools;
+//! - [`dead_letter`]: what a failed job leaves: failure records and idemq's
+//!   own dead letters with their context;
+//! - [`metrics`]: per-batch CloudWatch EMF metrics;
+//! - [`clock`]: the wall clock and jitter source, which a simulation can
+//!   replace.
+//!
+//! Operating it (the `idemq` CLI is built on these):
+//! - [`init`]: creating or verifying the queue, DLQ and table;
+//! - [`dlq`]: reading a DLQ ([`dlq::peek`]), moving dead letters back
+//!   ([`dlq::redrive`]); the `idemq` binary's `dlq export` / `import` keep
+//!   them as JSON lines.
 //!
 //! Features: `lambda`, `worker` and `cli` (the `idemq` operator binary) are
 //! on by default. A function that only runs on Lambda depends on
@@ -27,14 +50,25 @@
 //! and compiles no command-line or progress-bar crates and no regex engine.
 //! `failpoints` compiles in the chaos suite's failpoints.
 
+#![warn(missing_docs)]
+
 pub mod backoff;
 pub mod batch;
 pub mod classify;
 pub mod clock;
+// TODO(lead): remove this allow once commit.rs documents every public item
+// (the h/docs report lists them); it is here only to keep clippy green
+// while another branch rewrites the module.
+#[allow(missing_docs)]
 pub mod commit;
 pub mod config;
 pub mod dead_letter;
 pub mod dlq;
+// TODO(lead): remove this allow once effect.rs documents every public item
+// (the h/docs report lists them); see commit above. Also remove the
+// bare_urls allow once the bare URL in effect.rs's `table_name` docs is
+// wrapped in <...>.
+#[allow(missing_docs, rustdoc::bare_urls)]
 pub mod effect;
 pub mod handler;
 pub mod host;

@@ -41,10 +41,15 @@ const JOB_DURATION: &str = "JobDuration";
 /// [`absorb`](Self::absorb)s every batch into a total for its exit summary.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchMetrics {
+    /// Jobs committed (`JobsSucceeded`).
     pub succeeded: u64,
+    /// Jobs whose marker already existed (`JobsDuplicate`).
     pub duplicate: u64,
+    /// Jobs handed back to SQS to retry (`JobsRetried`).
     pub retried: u64,
+    /// Jobs given up on: sent to the DLQ by idemq (`JobsDeadLettered`).
     pub dead_lettered: u64,
+    /// Jobs whose id was committed with another payload (`JobsConflict`).
     pub conflict: u64,
     /// Messages received in the batch (after `absorb`: in all batches).
     pub batch_size: u64,

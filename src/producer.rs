@@ -22,13 +22,13 @@ use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
 /// SQS's default and largest message size (1 MiB since August 2025).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Entries in one `SendMessageBatch`.
-pub const MAX_BATCH_ENTRIES: usize = 10;
+pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
 /// Message attributes SQS accepts on one message
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>:
 /// "Each message can have up to 10 attributes").
 pub const MAX_ATTRIBUTES: usize = 10;
 /// SQS's limit on `MessageDeduplicationId`.
-pub const MAX_DEDUP_ID: usize = 128;
+pub(crate) const MAX_DEDUP_ID: usize = 128;
 /// Tries of one entry before it is reported failed.
 const MAX_ATTEMPTS: u32 = 6;
 /// Error codes with which SQS refuses a message itself (its contents, its
@@ -37,7 +37,7 @@ const MAX_ATTEMPTS: u32 = 6;
 /// (LocalStack 2026.3 reports `InvalidMessageContents` with
 /// `SenderFault: false`), so the code decides. `DeadLetters::send` uses the
 /// same list to fall back to the bare message.
-pub const INVALID_MESSAGE_CODES: [&str; 6] = [
+pub(crate) const INVALID_MESSAGE_CODES: [&str; 6] = [
     "InvalidMessageContents",
     "InvalidParameterValue",
     "InvalidAttributeName",
@@ -54,8 +54,11 @@ const RETRY_BACKOFF: Backoff = Backoff::new()
 /// One job to send: its id, its body and, for FIFO queues, its group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
+    /// The job id, sent as the `idemq-job-id` attribute.
     pub id: String,
+    /// The body (JSON for [`Job::new`]).
     pub body: String,
+    /// `MessageGroupId`: required on a FIFO queue.
     pub group_id: Option<String>,
     /// FIFO only; defaults to [`deduplication_id`] of the job id.
     pub deduplication_id: Option<String>,
@@ -119,13 +122,14 @@ impl Job {
         }
     }
 
+    /// The job in FIFO message group `group`.
     pub fn in_group(mut self, group: impl Into<String>) -> Self {
         self.group_id = Some(group.into());
         self
     }
 
     /// The bytes SQS counts against its size limit: body plus each
-    /// attribute's name, type and value ([`message_size`]).
+    /// attribute's name, type and value.
     pub fn size(&self) -> usize {
         let own_id_attr = self
             .attributes
@@ -144,7 +148,10 @@ impl Job {
 /// plus each attribute's name, data type and value ("All components of a
 /// message attribute are included in the [...] message size restriction",
 /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>).
-pub fn message_size(body: &str, attributes: &HashMap<String, MessageAttributeValue>) -> usize {
+pub(crate) fn message_size(
+    body: &str,
+    attributes: &HashMap<String, MessageAttributeValue>,
+) -> usize {
     body.len()
         + attributes
             .iter()
@@ -166,14 +173,7 @@ fn attribute_size(v: &MessageAttributeValue) -> usize {
 /// ([`spare_attribute_slots`]), so every dead letter idemq makes can be sent
 /// again: a redrive drops the context and sets `idemq-job-id`, which lands
 /// on this same count.
-///
-/// ```
-/// use idemq::producer::{attributes_with_job_id, spare_attribute_slots};
-/// let names = ["a".to_string(), "idemq-job-id".to_string()];
-/// assert_eq!(attributes_with_job_id(&names), 2);
-/// assert_eq!(spare_attribute_slots(&names), 8);
-/// ```
-pub fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
+pub(crate) fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
     names
         .into_iter()
         .filter(|n| n.as_str() != JOB_ID_ATTRIBUTE)
@@ -184,46 +184,83 @@ pub fn attributes_with_job_id<'a>(names: impl IntoIterator<Item = &'a String>) -
 /// The attribute slots left under [`MAX_ATTRIBUTES`] once the message's own
 /// attributes and `idemq-job-id` are counted ([`attributes_with_job_id`]);
 /// 0 when none are, or when the message is already over.
-pub fn spare_attribute_slots<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
+pub(crate) fn spare_attribute_slots<'a>(names: impl IntoIterator<Item = &'a String>) -> usize {
     MAX_ATTRIBUTES.saturating_sub(attributes_with_job_id(names))
 }
 
 /// A job that was not sent, and why. Every variant names the job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
+    /// The job id is invalid.
     #[error("job {job_id:?}: invalid job id: {source}")]
     InvalidJobId {
+        /// The job's id as given.
         job_id: String,
+        /// Why it is invalid.
         source: InvalidJobId,
     },
+    /// The payload does not serialise to JSON.
     #[error("job {job_id:?}: payload does not serialise: {reason}")]
-    Serialize { job_id: String, reason: String },
+    Serialize {
+        /// The job's id.
+        job_id: String,
+        /// serde_json's error.
+        reason: String,
+    },
+    /// The message is over the queue's `MaximumMessageSize`.
     #[error("job {job_id:?}: message is {bytes} bytes; the queue takes at most {limit}")]
     TooLarge {
+        /// The job's id.
         job_id: String,
+        /// Its size as SQS counts it.
         bytes: usize,
+        /// The queue's limit.
         limit: usize,
     },
+    /// More than SQS's [`MAX_ATTRIBUTES`] message attributes.
     #[error(
         "job {job_id:?}: {count} message attributes; SQS takes at most {MAX_ATTRIBUTES} (idemq-job-id included)"
     )]
-    TooManyAttributes { job_id: String, count: usize },
+    TooManyAttributes {
+        /// The job's id.
+        job_id: String,
+        /// Attributes with `idemq-job-id`.
+        count: usize,
+    },
+    /// The queue is FIFO and the job has no message group.
     #[error("job {job_id:?}: the queue is FIFO and the job has no message group")]
-    MissingGroup { job_id: String },
+    MissingGroup {
+        /// The job's id.
+        job_id: String,
+    },
+    /// SQS refused the message itself: sending it again cannot pass.
     #[error("job {job_id:?}: refused by SQS: {code}: {message}")]
     Rejected {
+        /// The job's id.
         job_id: String,
+        /// SQS's error code.
         code: String,
+        /// SQS's message.
         message: String,
     },
+    /// Still failing after every retry.
     #[error("job {job_id:?}: not sent after {attempts} tries: {last_error}")]
     GaveUp {
+        /// The job's id.
         job_id: String,
+        /// Tries made.
         attempts: u32,
+        /// The last error.
         last_error: String,
     },
+    /// The queue's attributes could not be read.
     #[error("queue {queue_url}: {reason}")]
-    Queue { queue_url: String, reason: String },
+    Queue {
+        /// The queue's URL.
+        queue_url: String,
+        /// The SQS error.
+        reason: String,
+    },
 }
 
 /// The FIFO deduplication id for a job id: the id itself when SQS accepts
@@ -247,7 +284,7 @@ pub fn deduplication_id(job_id: &str) -> String {
 
 /// Splits entries of the given sizes, in order, into batches of at most
 /// `MAX_BATCH_ENTRIES` and at most `max_bytes` in all.
-pub fn pack(sizes: &[usize], max_bytes: usize) -> Vec<Range<usize>> {
+pub(crate) fn pack(sizes: &[usize], max_bytes: usize) -> Vec<Range<usize>> {
     let mut batches = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, &size) in sizes.iter().enumerate() {
@@ -281,6 +318,7 @@ impl Producer {
         Self::with_client(aws_sdk_sqs::Client::new(sdk), queue_url).await
     }
 
+    /// [`Producer::new`] with a client built elsewhere.
     pub async fn with_client(
         sqs: aws_sdk_sqs::Client,
         queue_url: impl Into<String>,
@@ -310,10 +348,12 @@ impl Producer {
         })
     }
 
+    /// Whether the queue is FIFO.
     pub fn is_fifo(&self) -> bool {
         self.fifo
     }
 
+    /// The queue's URL.
     pub fn queue_url(&self) -> &str {
         &self.queue_url
     }
@@ -328,6 +368,7 @@ impl Producer {
         self.send_job(Job::new(job_id, payload)?).await
     }
 
+    /// Sends one job. Returns its message id.
     pub async fn send_job(&self, job: Job) -> Result<String, SendError> {
         self.send_batch(vec![job]).await.remove(0).1
     }
@@ -537,6 +578,21 @@ impl Producer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_id_attribute_is_counted_once() {
+        let names = ["a".to_string(), "idemq-job-id".to_string()];
+        assert_eq!(attributes_with_job_id(&names), 2);
+        assert_eq!(spare_attribute_slots(&names), 8);
+        let none: [String; 0] = [];
+        assert_eq!(attributes_with_job_id(&none), 1);
+        let full: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
+        assert_eq!(
+            spare_attribute_slots(&full),
+            0,
+            "already over: no slot left"
+        );
+    }
 
     #[test]
     fn packing_respects_ten_entries_and_the_size_limit() {

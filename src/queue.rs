@@ -18,10 +18,13 @@ use futures_util::{StreamExt, stream};
 /// A queue that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// `QueueDoesNotExist` (the URL or ARN asked for).
     #[error("queue {0} does not exist")]
     NotFound(String),
+    /// A string that is not an SQS queue ARN.
     #[error("{0:?} is not an SQS queue ARN")]
     NotAnArn(String),
+    /// Any other SQS error, with its context.
     #[error("SQS: {0}")]
     Sqs(String),
 }
@@ -73,12 +76,19 @@ pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration,
 /// Where a queue's dead letters go, read once at cold start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueInfo {
+    /// The queue URL.
     pub url: String,
+    /// The queue name (the last part of its ARN).
     pub name: String,
+    /// Whether it is a FIFO queue.
     pub fifo: bool,
+    /// The DLQ's URL, from `RedrivePolicy.deadLetterTargetArn`.
     pub dlq_url: Option<String>,
+    /// `RedrivePolicy.maxReceiveCount`.
     pub max_receive_count: Option<u32>,
+    /// `VisibilityTimeout`.
     pub visibility_timeout: Duration,
+    /// `MessageRetentionPeriod`.
     pub retention: Duration,
 }
 
@@ -141,7 +151,7 @@ impl QueueInfo {
 }
 
 /// The URL of the queue with this ARN (`arn:aws:sqs:region:account:name`).
-pub async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, QueueError> {
+pub(crate) async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, QueueError> {
     let mut parts = arn.split(':');
     let (account, name) = (parts.nth(4), parts.next());
     let (Some(account), Some(name)) = (account, name) else {
@@ -205,7 +215,7 @@ pub async fn delete_messages(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[&s
 /// The longest any one SQS or DynamoDB call after a batch's handlers may
 /// take (a DLQ send, a failure record, a visibility change), whatever time
 /// the batch has left: a hung connection must not hold the batch.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Visibility calls in flight at once.
 const VISIBILITY_CALLS_AT_ONCE: usize = 16;
@@ -214,7 +224,7 @@ const VISIBILITY_CALLS_AT_ONCE: usize = 16;
 /// receipt handle, new timeout). A message no longer in flight (its handle
 /// expired, or it was received again) is logged and skipped: SQS makes it
 /// visible on its own.
-pub async fn change_visibility(
+pub(crate) async fn change_visibility(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     entries: &[(&str, &str, Duration)],
@@ -228,7 +238,7 @@ pub async fn change_visibility(
 /// [`CALL_TIMEOUT`] and none running past `by`. Returns how many entries
 /// were not changed because their call was cut short or never made (SQS
 /// makes those visible when their current timeout ends).
-pub async fn change_visibility_by(
+pub(crate) async fn change_visibility_by(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     entries: &[(&str, &str, Duration)],

@@ -29,6 +29,7 @@ use crate::metrics::BatchMetrics;
 #[command(about = "Run an idemq handler as a local worker that long-polls an SQS queue")]
 #[non_exhaustive]
 pub struct WorkerArgs {
+    /// The source queue's URL.
     #[arg(long, env = "IDEMQ_QUEUE_URL")]
     pub queue_url: String,
     /// The idemq table (default: IDEMQ_TABLE).
@@ -65,7 +66,7 @@ impl WorkerArgs {
 }
 
 /// Parses the process arguments and runs the worker.
-pub async fn run_from_args<H: Handler>(handler: H) -> Result<(), HostError> {
+pub(crate) async fn run_from_args<H: Handler>(handler: H) -> Result<(), HostError> {
     run(handler, WorkerArgs::parse()).await.map(drop)
 }
 

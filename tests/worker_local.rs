@@ -367,7 +367,7 @@ async fn a_retry_past_retention_is_dead_lettered_now_with_the_reason() {
     assert_eq!(messages.len(), 1);
     assert!(messages[0].sent_at.is_some(), "SentTimestamp was received");
     let report = host
-        .processor
+        .processor()
         .process(&queue, &messages, Instant::now() + Duration::from_secs(10))
         .await;
     assert!(report.failed.is_empty(), "retried: {:?}", report.failed);

@@ -4,9 +4,8 @@
 //! records, idemq's own dead letters with their context), is
 //! [`crate::dead_letter`]. Here: [`peek`] reads the DLQ without consuming
 //! it, [`redrive`] moves dead letters back (sending before deleting, so a
-//! kill at any instant loses nothing), [`archive`] exports and imports them
-//! as JSON lines.
+//! kill at any instant loses nothing); the `idemq dlq export` / `import`
+//! commands keep them as JSON lines.
 
-pub mod archive;
 pub mod peek;
 pub mod redrive;

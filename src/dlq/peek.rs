@@ -23,14 +23,21 @@ use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 /// A message in a DLQ, as received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadMessage {
+    /// Its `MessageId` in the DLQ.
     pub message_id: String,
+    /// The receipt handle of the receive that returned it.
     pub receipt_handle: String,
+    /// The body, as sent.
     pub body: String,
+    /// Its message attributes.
     pub attributes: HashMap<String, MessageAttributeValue>,
+    /// Its system attributes (`SentTimestamp`, `MessageGroupId`,
+    /// `DeadLetterQueueSourceArn`, …).
     pub system: HashMap<Sys, String>,
 }
 
 impl DeadMessage {
+    /// A received message, or `None` if SQS left out its id or handle.
     pub fn from_sdk(m: &aws_sdk_sqs::types::Message) -> Option<Self> {
         Some(Self {
             message_id: m.message_id()?.to_owned(),
@@ -45,6 +52,7 @@ impl DeadMessage {
         self.attributes.get(name)?.string_value()
     }
 
+    /// The `idemq-job-id` attribute, if any.
     pub fn job_id(&self) -> Option<&str> {
         self.attr(JOB_ID_ATTRIBUTE)
     }
@@ -55,10 +63,12 @@ impl DeadMessage {
         self.attr(ATTR_SOURCE_QUEUE)
     }
 
+    /// `MessageGroupId` (FIFO).
     pub fn group_id(&self) -> Option<&str> {
         self.system.get(&Sys::MessageGroupId).map(String::as_str)
     }
 
+    /// `MessageDeduplicationId` (FIFO).
     pub fn deduplication_id(&self) -> Option<&str> {
         self.system
             .get(&Sys::MessageDeduplicationId)
@@ -73,6 +83,12 @@ impl DeadMessage {
             .map(String::as_str)
     }
 
+    /// Its `SentTimestamp`: when idemq sent it to the DLQ; for a message
+    /// SQS's redrive moved there, when it was first sent to its *standard*
+    /// source queue (a FIFO DLQ resets it)
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>:
+    /// "When a message is moved to a dead-letter queue, the enqueue
+    /// timestamp is unchanged").
     pub fn sent_at(&self) -> Option<SystemTime> {
         let ms: u64 = self.system.get(&Sys::SentTimestamp)?.parse().ok()?;
         Some(UNIX_EPOCH + Duration::from_millis(ms))
@@ -113,14 +129,23 @@ impl DeadMessage {
 /// (the record wins: it has the whole chain).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Context {
+    /// The job id, when one could be resolved.
     pub job_id: Option<String>,
+    /// The DLQ `MessageId`.
     pub message_id: String,
+    /// Attempts made, from the failure record or `idemq-attempts`.
     pub attempts: Option<u32>,
+    /// The outermost error of the last attempt.
     pub last_error: Option<String>,
+    /// The rest of its `source()` chain, outermost first.
     pub error_chain: Vec<String>,
+    /// When the last attempt failed (without a record or attribute: the
+    /// message's [`DeadMessage::sent_at`]).
     #[serde(serialize_with = "ser_time")]
     pub failed_at: Option<SystemTime>,
+    /// The source queue's name.
     pub source_queue: Option<String>,
+    /// The body's size in bytes (never the body itself).
     pub payload_bytes: usize,
 }
 
@@ -180,12 +205,16 @@ impl Context {
 /// Depth as SQS reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Depth {
+    /// `ApproximateNumberOfMessages`.
     pub visible: u64,
+    /// `ApproximateNumberOfMessagesNotVisible`: held by a reader.
     pub in_flight: u64,
+    /// `ApproximateNumberOfMessagesDelayed`.
     pub delayed: u64,
 }
 
 impl Depth {
+    /// All three.
     pub fn total(&self) -> u64 {
         self.visible + self.in_flight + self.delayed
     }
@@ -216,7 +245,7 @@ pub struct Scan {
 /// message group"; "SQS returns as many messages with the same message
 /// group ID as possible").
 #[derive(Debug, Default)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     seen: HashSet<String>,
     cut: BTreeSet<String>,
 }
@@ -282,10 +311,12 @@ impl Peek {
         }
     }
 
+    /// Whether the DLQ is a FIFO queue.
     pub fn is_fifo(&self) -> bool {
         self.fifo
     }
 
+    /// The DLQ's approximate depth.
     pub async fn depth(&self) -> Result<Depth, DlqError> {
         let out = self
             .sqs
@@ -436,10 +467,12 @@ impl Peek {
         crate::queue::change_visibility(&self.sqs, &self.dlq_url, &entries).await;
     }
 
+    /// The DLQ's URL.
     pub fn dlq_url(&self) -> &str {
         &self.dlq_url
     }
 
+    /// The SQS client it reads with.
     pub fn sqs(&self) -> &aws_sdk_sqs::Client {
         &self.sqs
     }

@@ -36,11 +36,14 @@ pub struct Filter {
     pub job_ids: HashSet<String>,
     /// Only those whose last error contains this, case-insensitively.
     pub error_contains: Option<String>,
+    /// Only those that failed at or after this.
     pub since: Option<SystemTime>,
+    /// Only those that failed at or before this.
     pub until: Option<SystemTime>,
 }
 
 impl Filter {
+    /// Whether a dead letter with this context is to move.
     pub fn matches(&self, c: &Context) -> bool {
         let id_ok = self.job_ids.is_empty()
             || self.job_ids.contains(&c.message_id)
@@ -77,7 +80,9 @@ pub struct Rate(f64);
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("--rate {}: {why}", show_number(*value))]
 pub struct InvalidRate {
+    /// The number given.
     pub value: f64,
+    /// Why it was refused.
     pub why: String,
 }
 
@@ -94,6 +99,7 @@ impl Rate {
     /// The slowest pace: one message a day.
     pub const MIN_PER_SECOND: f64 = 1.0 / 86_400.0;
 
+    /// A pace of `value` messages per second, at least [`Self::MIN_PER_SECOND`].
     pub fn per_second(value: f64) -> Result<Self, InvalidRate> {
         if !value.is_finite() || value <= 0.0 {
             return Err(InvalidRate {
@@ -113,6 +119,7 @@ impl Rate {
         Ok(Self(value))
     }
 
+    /// Messages per second.
     pub fn get(self) -> f64 {
         self.0
     }
@@ -127,8 +134,10 @@ impl Rate {
 /// and one request in flight; more only adds throttling.
 pub const MAX_CONCURRENCY: usize = 32;
 
+/// What `idemq dlq redrive` moves, how fast and where.
 #[derive(Debug, Clone)]
 pub struct RedriveOptions {
+    /// Which dead letters move.
     pub filter: Filter,
     /// At most this many messages.
     pub max: Option<usize>,
@@ -233,6 +242,9 @@ impl<'a> Redrive<'a> {
         })
     }
 
+    /// Moves the matching dead letters, each sent to its destination before
+    /// it is deleted from the DLQ, and reports what happened. `progress` is
+    /// called with (messages done, messages seen).
     pub async fn run(&self, progress: Progress<'_>) -> Result<RedriveReport, DlqError> {
         let run = Mutex::new(Run {
             sweep: Sweep::default(),
@@ -543,7 +555,7 @@ impl<'a> Redrive<'a> {
 
 /// The source queue URL whose queue name is `name`, if any (a queue URL
 /// ends with its name).
-pub fn source_named<'s>(sources: &'s [String], name: &str) -> Option<&'s str> {
+pub(crate) fn source_named<'s>(sources: &'s [String], name: &str) -> Option<&'s str> {
     sources
         .iter()
         .find(|url| url.rsplit('/').next() == Some(name))
@@ -560,7 +572,7 @@ const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60 + 30);
 /// copy. Such a message gets an id derived from its own and its DLQ message
 /// id instead: still the same on a rerun (so SQS drops a rerun's second
 /// copy), never the original's.
-pub fn redrive_deduplication_id(
+pub(crate) fn redrive_deduplication_id(
     m: &DeadMessage,
     back_to_source: bool,
     now: SystemTime,
@@ -613,13 +625,19 @@ pub async fn start_native(
 /// The newest move task of a DLQ, as `ListMessageMoveTasks` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MoveTask {
+    /// `RUNNING`, `COMPLETED`, `CANCELLING`, `CANCELLED` or `FAILED`.
     pub status: String,
+    /// The handle to cancel it with, while it runs.
     pub task_handle: Option<String>,
+    /// Messages moved so far (approximate).
     pub moved: i64,
+    /// Messages it set out to move (approximate).
     pub to_move: Option<i64>,
+    /// Why it failed, if it did.
     pub failure_reason: Option<String>,
 }
 
+/// The DLQ's newest move task (`ListMessageMoveTasks`), if any.
 pub async fn native_status(
     sqs: &aws_sdk_sqs::Client,
     dlq_arn: &str,

@@ -11,11 +11,11 @@ use std::io::{BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use idemq::dlq::archive::{self, Archived, Line, Lines, MAX_LINE_BYTES};
 use idemq::dlq::peek::DeadMessage;
 use idemq::job::JobIdResolver;
 use idemq::producer::{Job, Producer};
 
+use super::jsonl::{self, Archived, Line, Lines, MAX_LINE_BYTES};
 use super::{CmdResult, Ctx, unseen_warning};
 use crate::usage_error;
 
@@ -54,7 +54,7 @@ impl Ctx {
             Err(Publish::Io(e)) => Err(e),
         };
         let written: HashSet<String> = match written {
-            Ok(text) => archive::parse(&text)
+            Ok(text) => jsonl::parse(&text)
                 .into_iter()
                 .filter_map(|(_, a)| a.ok().map(|a| a.message_id))
                 .collect(),
@@ -234,7 +234,7 @@ pub(super) async fn import(
         let done = next.is_none();
         if let Some((number, line)) = next {
             let parsed = match line {
-                Line::Text(text) => archive::parse_line(&text),
+                Line::Text(text) => jsonl::parse_line(&text),
                 Line::TooLong => Some(Err(format!(
                     "longer than {MAX_LINE_BYTES} bytes: not an exported dead letter"
                 ))),

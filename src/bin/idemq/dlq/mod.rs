@@ -2,7 +2,8 @@
 //! losing or doubling anything.
 //!
 //! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
-//! and SQS's move task), [`archive`] (export, import). This file holds the
+//! and SQS's move task), [`archive`] (export, import) with the export
+//! format in [`jsonl`]. This file holds the
 //! arguments, their bounds, and the checks every command shares.
 
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use idemq::queue::{QueueError, QueueInfo};
 use crate::usage_error;
 
 mod archive;
+mod jsonl;
 mod read;
 mod redrive;
 

@@ -10,20 +10,27 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
-use super::peek::{Context, DeadMessage};
-use crate::job::JobIdResolver;
-use crate::producer::Job;
+use idemq::JOB_ID_ATTRIBUTE;
+use idemq::dlq::peek::{Context, DeadMessage};
+use idemq::job::JobIdResolver;
+use idemq::producer::Job;
 
 /// One exported dead letter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Archived {
+    /// Its `MessageId` in the DLQ.
     pub message_id: String,
+    /// The body, as sent.
     pub body: String,
+    /// Its message attributes, idemq's context attributes included.
     pub attributes: HashMap<String, Attribute>,
+    /// `MessageGroupId` (FIFO).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_id: Option<String>,
+    /// `MessageDeduplicationId` (FIFO).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deduplication_id: Option<String>,
+    /// `DeadLetterQueueSourceArn`: the queue SQS's redrive moved it from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_arn: Option<String>,
     /// Why it died, for the reader; not sent on import.
@@ -34,14 +41,18 @@ pub struct Archived {
 /// A message attribute; binary values in base64.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attribute {
+    /// `String`, `Number` or `Binary` (with an optional custom suffix).
     pub data_type: String,
+    /// The value of a `String` or `Number` attribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub string_value: Option<String>,
+    /// The value of a `Binary` attribute, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary_value: Option<String>,
 }
 
 impl Archived {
+    /// The export line of `msg`, with `context` for the reader.
     pub fn of(msg: &DeadMessage, context: &Context) -> Self {
         let attributes = msg
             .attributes
@@ -88,7 +99,7 @@ impl Archived {
             );
         }
         let attribute = attributes
-            .get(crate::job::JOB_ID_ATTRIBUTE)
+            .get(JOB_ID_ATTRIBUTE)
             .and_then(|v| v.string_value());
         let resolved =
             tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
@@ -154,13 +165,16 @@ pub struct Lines<R> {
 /// One line of an export as [`Lines`] reads it.
 #[derive(Debug, PartialEq)]
 pub enum Line {
+    /// A line of UTF-8 text (without its newline).
     Text(String),
     /// Longer than the limit: skipped to its end, never held whole.
     TooLong,
+    /// Not UTF-8.
     NotUtf8,
 }
 
 impl<R: std::io::BufRead> Lines<R> {
+    /// Reads `input`; a line longer than `max` bytes is [`Line::TooLong`].
     pub fn new(input: R, max: usize) -> Self {
         Self {
             input,
