@@ -33,9 +33,7 @@ use crate::config::{TableLayout, check_marker_ttl};
 /// message it came from.
 pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 /// SQS's default retention, used for the source queue.
-pub const SOURCE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
-/// SQS's limit on a visibility timeout.
-pub(crate) const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+pub const SOURCE_RETENTION: Duration = crate::queue::DEFAULT_RETENTION;
 /// The templates' least `maxReceiveCount` (SAM's `MaxReceiveCount`
 /// `MinValue`, Terraform's `max_receive_count` validation): fewer receives
 /// leave too little room for backoff to ride out an outage.
@@ -177,7 +175,7 @@ impl InitSpec {
                 self.max_receive_count
             )));
         }
-        if self.visibility_timeout > MAX_VISIBILITY {
+        if self.visibility_timeout > crate::backoff::MAX_IN_FLIGHT {
             return Err(InitError::InvalidSpec(format!(
                 "--visibility-timeout-secs {} is over SQS's 43200 (12 h)",
                 self.visibility_timeout.as_secs()
