@@ -16,7 +16,10 @@
 //! - `lambda` (feature `lambda`): the Lambda host, and
 //!   `lambda::BatchService`, the SQS batch handler as a tower service for a
 //!   `main` of your own;
-//! - `worker` (feature `worker`): the local worker host.
+//! - `worker` (feature `worker`): the local worker host;
+//! - `testing` (feature `testing`): unit-testing a handler: `job_meta`,
+//!   read-back views of an `Effect`, and a whole SQS event run through the
+//!   Lambda batch service against in-memory DynamoDB and SQS.
 //!
 //! Features: `lambda`, `worker` and `cli` (the `idemq` operator binary) are
 //! on by default. A function that only runs on Lambda depends on
@@ -41,6 +44,8 @@ pub mod lambda;
 pub mod metrics;
 pub mod producer;
 pub mod queue;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "worker")]
 pub mod worker;
 
