@@ -12,9 +12,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# `--features testing` (the test kit, idemq::testing) on every cargo step
+# below: it only changes idemq's own crate (the two smithy crates it adds
+# are already built for the SDK, with the same features), so no dependency
+# is built twice; tests/testing_kit.rs and the README's kit example need it.
 echo "== lint (fmt, clippy)"
 cargo fmt --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --all-targets --features testing --locked -- -D warnings
 
 echo "== package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the
@@ -36,9 +40,9 @@ echo "== emulator wrapper self-test"
 .state/venv-moto/bin/python scripts/test_moto_dynamodb.py
 
 echo "== cargo test (unit, mocked SDK, local stack, CLI)"
-cargo test --locked --all-targets
+cargo test --locked --all-targets --features testing
 # Doc examples are tests too; they share the build above.
-cargo test --locked --doc
+cargo test --locked --doc --features testing
 
 echo "== a Lambda-only crate outside the package (tests/outside)"
 # idemq with default-features = false, features = ["lambda"], as a user's
@@ -83,4 +87,4 @@ echo "== Lambda runtime contract (cargo lambda watch)"
 trap 'scripts/lambda.sh down || true; cleanup' EXIT
 scripts/lambda.sh down
 scripts/lambda.sh up
-cargo test --locked --test lambda_local -- --ignored
+cargo test --locked --features testing --test lambda_local -- --ignored

@@ -82,11 +82,19 @@ async fn the_fixture_commits_dedups_dead_letters_and_retries() {
     assert_eq!(run.visibility_changes.len(), 1);
     let retry = &run.visibility_changes[0];
     assert_eq!(retry.message_id, OUTAGE);
-    assert!(retry.queue_url.ends_with("/000000000000/ledger-jobs"), "{}", retry.queue_url);
+    assert!(
+        retry.queue_url.ends_with("/000000000000/ledger-jobs"),
+        "{}",
+        retry.queue_url
+    );
     // Full jitter over the backoff's ceiling for a second receive, in
     // whole seconds rounded up.
     let ceiling = KitConfig::new(TABLE).batch.backoff.ceiling(2);
-    assert!(retry.timeout <= ceiling + Duration::from_secs(1), "{:?}", retry.timeout);
+    assert!(
+        retry.timeout <= ceiling + Duration::from_secs(1),
+        "{:?}",
+        retry.timeout
+    );
 
     // The negative amount (permanent) and the undecodable body are
     // dead-lettered at once, with their job id and the error.
@@ -99,9 +107,21 @@ async fn the_fixture_commits_dedups_dead_letters_and_retries() {
     assert_eq!(dead.len(), 2);
     assert_eq!((dead[0].0, dead[1].0), ("t-3", "t-5"));
     assert!(dead.iter().all(|(_, q)| q.ends_with("/ledger-jobs-dlq")));
-    let negative = run.dead_letters.iter().find(|m| m.attribute("idemq-job-id") == Some("t-3")).unwrap();
-    assert_eq!(negative.body, r#"{"transfer_id":"t-3","account":"alice","amount":-5}"#);
-    assert!(negative.attribute("idemq-error").unwrap().contains("not positive"));
+    let negative = run
+        .dead_letters
+        .iter()
+        .find(|m| m.attribute("idemq-job-id") == Some("t-3"))
+        .unwrap();
+    assert_eq!(
+        negative.body,
+        r#"{"transfer_id":"t-3","account":"alice","amount":-5}"#
+    );
+    assert!(
+        negative
+            .attribute("idemq-error")
+            .unwrap()
+            .contains("not positive")
+    );
 
     // The effects: t-1 once, although delivered twice; t-2; the job
     // without an id attribute under its MessageId.
@@ -112,17 +132,27 @@ async fn the_fixture_commits_dedups_dead_letters_and_retries() {
     let entry = kit.item(&Key::string("pk", "entry#t-1")).unwrap();
     assert_eq!(s(&entry, "account").as_deref(), Some("alice"));
     for committed in ["t-1", "t-2", NO_JOB_ID] {
-        let marker = kit.marker(committed).unwrap_or_else(|| panic!("no marker for {committed}"));
+        let marker = kit
+            .marker(committed)
+            .unwrap_or_else(|| panic!("no marker for {committed}"));
         assert_eq!(s(&marker, "job_id").as_deref(), Some(committed));
         assert_eq!(s(&marker, "queue").as_deref(), Some("ledger-jobs"));
     }
     for failed in ["t-3", "t-4", "t-5"] {
         assert!(kit.marker(failed).is_none(), "{failed} committed");
-        let record = kit.failure_record(failed).unwrap_or_else(|| panic!("no record for {failed}"));
+        let record = kit
+            .failure_record(failed)
+            .unwrap_or_else(|| panic!("no record for {failed}"));
         assert!(s(&record, "kind").is_some());
     }
-    assert_eq!(s(&kit.failure_record("t-4").unwrap(), "kind").as_deref(), Some("transient"));
-    assert_eq!(s(&kit.failure_record("t-5").unwrap(), "kind").as_deref(), Some("permanent"));
+    assert_eq!(
+        s(&kit.failure_record("t-4").unwrap(), "kind").as_deref(),
+        Some("transient")
+    );
+    assert_eq!(
+        s(&kit.failure_record("t-5").unwrap(), "kind").as_deref(),
+        Some("permanent")
+    );
     // Nothing else was written: 3 accounts, 3 entries, 3 markers, 3 records.
     assert_eq!(kit.items().len(), 12, "{:#?}", kit.items());
 }
@@ -135,11 +165,23 @@ async fn a_redelivered_batch_is_acknowledged_as_duplicates_and_credits_nothing()
     let items_before = kit.items().len();
 
     let again = kit.run_json(FIXTURE).await.unwrap();
-    assert_eq!(again.failed_ids(), vec![OUTAGE], "duplicates are acknowledged");
-    assert_eq!(balance(&kit, "alice").as_deref(), Some("25"), "t-1 credited once");
+    assert_eq!(
+        again.failed_ids(),
+        vec![OUTAGE],
+        "duplicates are acknowledged"
+    );
+    assert_eq!(
+        balance(&kit, "alice").as_deref(),
+        Some("25"),
+        "t-1 credited once"
+    );
     assert_eq!(balance(&kit, "bob").as_deref(), Some("10"));
     assert_eq!(balance(&kit, "carol").as_deref(), Some("3"));
-    assert_eq!(kit.marker("t-1").unwrap(), marker_before, "the marker is not rewritten");
+    assert_eq!(
+        kit.marker("t-1").unwrap(),
+        marker_before,
+        "the marker is not rewritten"
+    );
     assert_eq!(kit.items().len(), items_before);
     // Permanent failures have no marker: they are dead-lettered again.
     assert_eq!(again.dead_letters.len(), 2);
@@ -161,7 +203,11 @@ async fn a_changed_payload_under_a_committed_job_id_is_a_conflict_sent_to_the_dl
     assert_eq!(run.dead_letters.len(), 1);
     let error = run.dead_letters[0].attribute("idemq-error").unwrap();
     assert!(error.contains("hash"), "{error}");
-    assert_eq!(balance(&kit, "alice").as_deref(), Some("25"), "never applied");
+    assert_eq!(
+        balance(&kit, "alice").as_deref(),
+        Some("25"),
+        "never applied"
+    );
 }
 
 #[tokio::test]
@@ -190,11 +236,17 @@ async fn an_effects_own_failed_condition_is_rejected_and_dead_lettered() {
     // comparison, through the real transaction and its cancellation.
     let withdraw = handler_fn(|t: Transfer, _meta: JobMeta| async move {
         let amount = AttributeValue::N(t.amount.to_string());
-        Ok::<_, JobError>(Effect::new().with(
-            Write::update(TABLE, Key::string("pk", format!("account#{}", t.account)), "SET balance = balance - :a")
+        Ok::<_, JobError>(
+            Effect::new().with(
+                Write::update(
+                    TABLE,
+                    Key::string("pk", format!("account#{}", t.account)),
+                    "SET balance = balance - :a",
+                )
                 .condition("attribute_exists(pk) AND balance >= :a")
                 .value(":a", amount),
-        ))
+            ),
+        )
     });
     let kit = TestKit::new(withdraw, TABLE);
     kit.dynamodb()
@@ -208,43 +260,71 @@ async fn an_effects_own_failed_condition_is_rejected_and_dead_lettered() {
         .unwrap();
     let run = kit
         .run_json(&event(&[
-            ("w-1", r#"{"transfer_id":"w-1","account":"alice","amount":4}"#, Some("w-1"), 1),
-            ("w-2", r#"{"transfer_id":"w-2","account":"alice","amount":40}"#, Some("w-2"), 1),
+            (
+                "w-1",
+                r#"{"transfer_id":"w-1","account":"alice","amount":4}"#,
+                Some("w-1"),
+                1,
+            ),
+            (
+                "w-2",
+                r#"{"transfer_id":"w-2","account":"alice","amount":40}"#,
+                Some("w-2"),
+                1,
+            ),
         ]))
         .await
         .unwrap();
     assert!(run.failed_ids().is_empty());
     assert_eq!(balance(&kit, "alice").as_deref(), Some("6"));
     assert!(kit.marker("w-1").is_some());
-    assert!(kit.marker("w-2").is_none(), "a cancelled transaction writes no marker");
+    assert!(
+        kit.marker("w-2").is_none(),
+        "a cancelled transaction writes no marker"
+    );
     assert_eq!(run.dead_letters.len(), 1);
     assert_eq!(run.dead_letters[0].attribute("idemq-job-id"), Some("w-2"));
-    assert_eq!(s(&kit.failure_record("w-2").unwrap(), "kind").as_deref(), Some("rejected"));
+    assert_eq!(
+        s(&kit.failure_record("w-2").unwrap(), "kind").as_deref(),
+        Some("rejected")
+    );
 }
 
 #[tokio::test]
 async fn an_expression_the_store_does_not_model_fails_the_job_and_says_so() {
     let sized = handler_fn(|_: serde_json::Value, meta: JobMeta| async move {
-        Ok::<_, JobError>(Effect::new().with(
-            Write::update(TABLE, Key::string("pk", meta.job_id.as_str()), "SET n = :n")
-                .condition("size(n) < :n")
-                .value(":n", AttributeValue::N("3".into())),
-        ))
+        Ok::<_, JobError>(
+            Effect::new().with(
+                Write::update(TABLE, Key::string("pk", meta.job_id.as_str()), "SET n = :n")
+                    .condition("size(n) < :n")
+                    .value(":n", AttributeValue::N("3".into())),
+            ),
+        )
     });
     let kit = TestKit::new(sized, TABLE);
-    let run = kit.run_json(&event(&[("m-1", "{}", Some("j-1"), 1)])).await.unwrap();
+    let run = kit
+        .run_json(&event(&[("m-1", "{}", Some("j-1"), 1)]))
+        .await
+        .unwrap();
     // Not committed, and not silently: the record names the function.
     assert!(kit.marker("j-1").is_none());
     let record = kit.failure_record("j-1").unwrap();
     let error = s(&record, "error").unwrap();
-    assert!(error.contains("size") && error.contains("not modelled"), "{error}");
+    assert!(
+        error.contains("size") && error.contains("not modelled"),
+        "{error}"
+    );
     assert_eq!(run.failed_ids().len() + run.dead_letters.len(), 1);
 }
 
 #[tokio::test]
 async fn a_record_without_a_message_id_fails_the_whole_invocation() {
     let kit = TestKit::new(ledger(), TABLE);
-    let bad = FIXTURE.replacen(&format!("\"messageId\": \"{T1}\""), "\"messageId\": \"\"", 1);
+    let bad = FIXTURE.replacen(
+        &format!("\"messageId\": \"{T1}\""),
+        "\"messageId\": \"\"",
+        1,
+    );
     assert_ne!(bad, FIXTURE);
     assert!(kit.run_json(&bad).await.is_err());
     assert!(kit.run_json("{\"Records\": 7}").await.is_err());
@@ -262,7 +342,10 @@ async fn a_handler_called_directly_with_job_meta_returns_writes_to_read_back() {
     let credit = write_to(&effect, TABLE, &Key::string("pk", "account#alice")).unwrap();
     assert!(matches!(credit.kind(), WriteKind::Update { .. }));
     assert_eq!(credit.update_expression(), Some("ADD balance :amount"));
-    assert_eq!(credit.value(":amount"), Some(&AttributeValue::N("25".into())));
+    assert_eq!(
+        credit.value(":amount"),
+        Some(&AttributeValue::N("25".into()))
+    );
     assert_eq!(credit.condition(), None);
     assert!(credit.names().is_empty());
 
@@ -278,4 +361,40 @@ async fn a_handler_called_directly_with_job_meta_returns_writes_to_read_back() {
     meta.attempt = 3;
     let err = ledger().handle(transfer, meta).await.unwrap_err();
     assert!(!err.is_permanent(), "an outage is retried");
+}
+
+/// README.md's "Unit-testing a handler" example, as it is there (only the
+/// fixture's path differs): the README's copy sits under `#[cfg(test)]`,
+/// which doc tests do not compile, so this one keeps it honest.
+#[tokio::test]
+async fn each_transfer_is_credited_once() {
+    let outage = HashSet::from(["outage".to_string()]);
+    let ledger = Ledger {
+        table: "ledger".into(),
+        fail_accounts: outage,
+    };
+    let kit = TestKit::new(ledger, "ledger");
+    // t-1 twice (a redelivery), t-2, t-3 (amount -5), t-4 (account
+    // "outage"), t-5 (a truncated body), one without idemq-job-id.
+    let event = include_str!("fixtures/sqs_ledger.json");
+    let run = kit.run_json(event).await.unwrap();
+
+    // Only the outage is retried: reported failed, its visibility set
+    // to the backoff.
+    assert_eq!(run.failed_ids(), ["6a1f0c2e-0005-4b7e-9d41-1c0a5e7d2f05"]);
+    assert_eq!(run.visibility_changes.len(), 1);
+    // The negative amount and the truncated body are dead-lettered now.
+    let mut dead: Vec<&str> = run
+        .dead_letters
+        .iter()
+        .filter_map(|m| m.attribute("idemq-job-id"))
+        .collect();
+    dead.sort();
+    assert_eq!(dead, ["t-3", "t-5"]);
+    // Alice is credited once, and the whole batch again changes nothing.
+    let alice = Key::string("pk", "account#alice");
+    let balance = |kit: &TestKit<Ledger>| kit.item(&alice).unwrap()["balance"].clone();
+    assert_eq!(balance(&kit), AttributeValue::N("25".into()));
+    kit.run_json(event).await.unwrap();
+    assert_eq!(balance(&kit), AttributeValue::N("25".into()));
 }

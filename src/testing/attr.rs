@@ -33,7 +33,10 @@ pub(crate) fn item_to_wire(item: &StoredItem) -> Value {
 
 /// One attribute value from its wire form.
 pub(crate) fn from_wire(v: &Value) -> Result<AttributeValue, String> {
-    let Some((tag, inner)) = v.as_object().filter(|o| o.len() == 1).and_then(|o| o.iter().next())
+    let Some((tag, inner)) = v
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.iter().next())
     else {
         return Err("an attribute value must name exactly one data type".into());
     };
@@ -175,10 +178,7 @@ pub(crate) fn equal(a: &AttributeValue, b: &AttributeValue) -> bool {
         }
         (A::L(x), A::L(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| equal(a, b)),
         (A::M(x), A::M(y)) => {
-            x.len() == y.len()
-                && x
-                    .iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w)))
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w)))
         }
         _ => a == b,
     }

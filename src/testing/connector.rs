@@ -64,8 +64,8 @@ impl Services {
 struct Connector(Services);
 
 fn response(status: u16, body: &Value) -> Result<HttpResponse, ConnectorError> {
-    let status = StatusCode::try_from(status)
-        .map_err(|e| ConnectorError::other(Box::new(e), None))?;
+    let status =
+        StatusCode::try_from(status).map_err(|e| ConnectorError::other(Box::new(e), None))?;
     let mut r = HttpResponse::new(status, SdkBody::from(body.to_string()));
     r.headers_mut()
         .insert("content-type", "application/x-amz-json-1.0");

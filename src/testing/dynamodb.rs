@@ -251,8 +251,18 @@ impl MemoryDynamoDb {
     /// Parses one write. `kind` is the transaction action's name (`Put`,
     /// `Update`, `Delete`, `ConditionCheck`); `in_transaction` applies the
     /// stricter rules of transaction actions.
-    fn parse(&self, kind: &str, body: &Value, in_transaction: bool) -> Result<WriteOp, ServiceError> {
-        for legacy in ["Expected", "AttributeUpdates", "ConditionalOperator", "AttributesToGet"] {
+    fn parse(
+        &self,
+        kind: &str,
+        body: &Value,
+        in_transaction: bool,
+    ) -> Result<WriteOp, ServiceError> {
+        for legacy in [
+            "Expected",
+            "AttributeUpdates",
+            "ConditionalOperator",
+            "AttributesToGet",
+        ] {
             if !body[legacy].is_null() {
                 return Err(ServiceError::validation(format!(
                     "the legacy parameter {legacy} is not modelled by idemq::testing; use expressions"
@@ -292,12 +302,18 @@ impl MemoryDynamoDb {
             Value::Object(m) => m
                 .iter()
                 .map(|(k, v)| {
-                    v.as_str().map(|s| (k.clone(), s.to_owned())).ok_or_else(|| {
-                        ServiceError::validation("ExpressionAttributeNames must map to strings")
-                    })
+                    v.as_str()
+                        .map(|s| (k.clone(), s.to_owned()))
+                        .ok_or_else(|| {
+                            ServiceError::validation("ExpressionAttributeNames must map to strings")
+                        })
                 })
                 .collect::<Result<_, _>>()?,
-            _ => return Err(ServiceError::validation("ExpressionAttributeNames must be a map")),
+            _ => {
+                return Err(ServiceError::validation(
+                    "ExpressionAttributeNames must be a map",
+                ));
+            }
         };
         let values = wire("ExpressionAttributeValues")?;
         let condition_text = body["ConditionExpression"].as_str();
@@ -375,7 +391,9 @@ impl MemoryDynamoDb {
     }
 
     fn stored(&self, op: &WriteOp) -> Option<&StoredItem> {
-        self.tables.get(&op.table).and_then(|t| t.items.get(&op.key))
+        self.tables
+            .get(&op.table)
+            .and_then(|t| t.items.get(&op.key))
     }
 
     /// Whether `op`'s condition holds on the stored item.
@@ -423,9 +441,8 @@ impl MemoryDynamoDb {
 
     fn transact(&mut self, req: &Value) -> Result<Value, ServiceError> {
         let now = crate::clock::now();
-        self.tokens.retain(|_, (_, at)| {
-            now.duration_since(*at).unwrap_or_default() < TOKEN_WINDOW
-        });
+        self.tokens
+            .retain(|_, (_, at)| now.duration_since(*at).unwrap_or_default() < TOKEN_WINDOW);
         let token = req["ClientRequestToken"].as_str().map(str::to_owned);
         let canonical = req["TransactItems"].to_string();
         if let Some(t) = &token
@@ -568,7 +585,11 @@ impl MemoryDynamoDb {
     }
 
     fn get(&self, req: &Value) -> Result<Value, ServiceError> {
-        for unmodelled in ["ProjectionExpression", "AttributesToGet", "ExpressionAttributeNames"] {
+        for unmodelled in [
+            "ProjectionExpression",
+            "AttributesToGet",
+            "ExpressionAttributeNames",
+        ] {
             if !req[unmodelled].is_null() {
                 return Err(ServiceError::validation(format!(
                     "GetItem's {unmodelled} is not modelled by idemq::testing"
@@ -580,7 +601,9 @@ impl MemoryDynamoDb {
             .ok_or_else(|| ServiceError::validation("TableName is required"))?;
         let table = self.table(name)?;
         let key = item_from_wire(&req["Key"]).map_err(|e| {
-            ServiceError::validation(format!("One or more parameter values were invalid: Key: {e}"))
+            ServiceError::validation(format!(
+                "One or more parameter values were invalid: Key: {e}"
+            ))
         })?;
         let k = table.key_of(&key, true)?;
         Ok(match table.items.get(&k) {
@@ -629,13 +652,19 @@ mod tests {
     fn a_transaction_commits_all_or_nothing_with_reasons_by_index() {
         let mut db = db();
         let tx = |items: Vec<Value>| json!({ "TransactItems": items });
-        db.apply("TransactWriteItems", &tx(vec![marker_put("m#1", "h1"), credit("a", "5")]))
-            .unwrap();
+        db.apply(
+            "TransactWriteItems",
+            &tx(vec![marker_put("m#1", "h1"), credit("a", "5")]),
+        )
+        .unwrap();
         assert_eq!(balance(&db, "a").as_deref(), Some("5"));
         // The same marker again: cancelled, nothing written, the old
         // marker returned at index 0, `None` at index 1.
         let e = db
-            .apply("TransactWriteItems", &tx(vec![marker_put("m#1", "h2"), credit("a", "5")]))
+            .apply(
+                "TransactWriteItems",
+                &tx(vec![marker_put("m#1", "h2"), credit("a", "5")]),
+            )
             .unwrap_err();
         assert_eq!(e.code(), "TransactionCanceledException");
         let reasons = e.field("CancellationReasons").unwrap();
@@ -644,16 +673,25 @@ mod tests {
         assert_eq!(reasons[1]["Code"], "None");
         assert_eq!(balance(&db, "a").as_deref(), Some("5"), "nothing written");
         // A data error in an update cancels with ValidationError.
-        db.put_item("t", Item::from([
-            ("pk".to_string(), AttributeValue::S("s".into())),
-            ("balance".to_string(), AttributeValue::S("text".into())),
-        ]))
+        db.put_item(
+            "t",
+            Item::from([
+                ("pk".to_string(), AttributeValue::S("s".into())),
+                ("balance".to_string(), AttributeValue::S("text".into())),
+            ]),
+        )
         .unwrap();
         let e = db
-            .apply("TransactWriteItems", &tx(vec![credit("a", "1"), credit("s", "1")]))
+            .apply(
+                "TransactWriteItems",
+                &tx(vec![credit("a", "1"), credit("s", "1")]),
+            )
             .unwrap_err();
         let reasons = e.field("CancellationReasons").unwrap();
-        assert_eq!((reasons[0]["Code"].as_str(), reasons[1]["Code"].as_str()), (Some("None"), Some("ValidationError")));
+        assert_eq!(
+            (reasons[0]["Code"].as_str(), reasons[1]["Code"].as_str()),
+            (Some("None"), Some("ValidationError"))
+        );
         assert_eq!(balance(&db, "a").as_deref(), Some("5"));
     }
 
@@ -661,13 +699,24 @@ mod tests {
     fn transaction_shape_errors_are_validation_exceptions() {
         let mut db = db();
         let e = db
-            .apply("TransactWriteItems", &json!({"TransactItems": [credit("a", "1"), credit("a", "2")]}))
+            .apply(
+                "TransactWriteItems",
+                &json!({"TransactItems": [credit("a", "1"), credit("a", "2")]}),
+            )
             .unwrap_err();
-        assert!(e.message().contains("multiple operations on one item"), "{e}");
-        let e = db.apply("TransactWriteItems", &json!({"TransactItems": []})).unwrap_err();
+        assert!(
+            e.message().contains("multiple operations on one item"),
+            "{e}"
+        );
+        let e = db
+            .apply("TransactWriteItems", &json!({"TransactItems": []}))
+            .unwrap_err();
         assert_eq!(e.code(), "ValidationException");
         let many: Vec<Value> = (0..101).map(|i| credit(&format!("k{i}"), "1")).collect();
-        assert!(db.apply("TransactWriteItems", &json!({"TransactItems": many})).is_err());
+        assert!(
+            db.apply("TransactWriteItems", &json!({"TransactItems": many}))
+                .is_err()
+        );
         let e = db
             .apply("TransactWriteItems", &json!({"TransactItems": [{"Put": {"TableName": "nope", "Item": {"pk": {"S": "a"}}}}]}))
             .unwrap_err();
@@ -711,11 +760,26 @@ mod tests {
         });
         let out = db.apply("UpdateItem", &upd).unwrap();
         assert_eq!(out["Attributes"]["v"]["N"], "2");
-        let got = db.apply("GetItem", &json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "ConsistentRead": true})).unwrap();
+        let got = db
+            .apply(
+                "GetItem",
+                &json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "ConsistentRead": true}),
+            )
+            .unwrap();
         assert_eq!(got["Item"]["v"]["N"], "2");
         let del = json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "ReturnValues": "ALL_OLD"});
-        assert_eq!(db.apply("DeleteItem", &del).unwrap()["Attributes"]["v"]["N"], "2");
-        assert_eq!(db.apply("GetItem", &json!({"TableName": "t", "Key": {"pk": {"S": "a"}}})).unwrap(), json!({}));
+        assert_eq!(
+            db.apply("DeleteItem", &del).unwrap()["Attributes"]["v"]["N"],
+            "2"
+        );
+        assert_eq!(
+            db.apply(
+                "GetItem",
+                &json!({"TableName": "t", "Key": {"pk": {"S": "a"}}})
+            )
+            .unwrap(),
+            json!({})
+        );
     }
 
     #[test]
@@ -723,12 +787,36 @@ mod tests {
         let mut db = db();
         for (op, req, names) in [
             ("Scan", json!({"TableName": "t"}), "Scan"),
-            ("PutItem", json!({"TableName": "t", "Item": {"pk": {"S": "a"}}, "Expected": {}}), "Expected"),
-            ("UpdateItem", json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "UpdateExpression": "SET a = :v", "ExpressionAttributeValues": {":v": {"S": "x"}}, "ReturnValues": "UPDATED_NEW"}), "UPDATED_NEW"),
-            ("GetItem", json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "ProjectionExpression": "a"}), "ProjectionExpression"),
-            ("PutItem", json!({"TableName": "t", "Item": {"pk": {"S": "a"}}, "ExpressionAttributeValues": {":v": {"S": "x"}}}), "only be specified when using expressions"),
-            ("PutItem", json!({"TableName": "t", "Item": {"pk": {"S": ""}}}), "empty string"),
-            ("PutItem", json!({"TableName": "t", "Item": {"pk": {"N": "x"}}}), "not a valid DynamoDB number"),
+            (
+                "PutItem",
+                json!({"TableName": "t", "Item": {"pk": {"S": "a"}}, "Expected": {}}),
+                "Expected",
+            ),
+            (
+                "UpdateItem",
+                json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "UpdateExpression": "SET a = :v", "ExpressionAttributeValues": {":v": {"S": "x"}}, "ReturnValues": "UPDATED_NEW"}),
+                "UPDATED_NEW",
+            ),
+            (
+                "GetItem",
+                json!({"TableName": "t", "Key": {"pk": {"S": "a"}}, "ProjectionExpression": "a"}),
+                "ProjectionExpression",
+            ),
+            (
+                "PutItem",
+                json!({"TableName": "t", "Item": {"pk": {"S": "a"}}, "ExpressionAttributeValues": {":v": {"S": "x"}}}),
+                "only be specified when using expressions",
+            ),
+            (
+                "PutItem",
+                json!({"TableName": "t", "Item": {"pk": {"S": ""}}}),
+                "empty string",
+            ),
+            (
+                "PutItem",
+                json!({"TableName": "t", "Item": {"pk": {"N": "x"}}}),
+                "not a valid DynamoDB number",
+            ),
             ("PutItem", json!("not an object"), "not a JSON object"),
         ] {
             let e = db.apply(op, &req).expect_err(op);

@@ -248,10 +248,7 @@ impl Parser<'_, '_, '_> {
             Some(t) => format!("{t:?}"),
             None => "the end".into(),
         };
-        format!(
-            "Invalid expression: {what}, near {near} in {:?}",
-            self.expr
-        )
+        format!("Invalid expression: {what}, near {near} in {:?}", self.expr)
     }
 
     fn expect(&mut self, tok: &Tok, what: &str) -> Result<(), ExprError> {
@@ -289,9 +286,11 @@ impl Parser<'_, '_, '_> {
 }
 
 fn is_keyword(w: &str) -> bool {
-    ["AND", "OR", "NOT", "BETWEEN", "IN", "SET", "REMOVE", "ADD", "DELETE"]
-        .iter()
-        .any(|k| w.eq_ignore_ascii_case(k))
+    [
+        "AND", "OR", "NOT", "BETWEEN", "IN", "SET", "REMOVE", "ADD", "DELETE",
+    ]
+    .iter()
+    .any(|k| w.eq_ignore_ascii_case(k))
 }
 
 // ---------------------------------------------------------------------------
@@ -687,8 +686,12 @@ impl Update {
                 Action::Set(path, value) => {
                     let v = match value {
                         SetValue::One(o) => resolve(o, &before)?,
-                        SetValue::Plus(a, b) => arith(resolve(a, &before)?, resolve(b, &before)?, false)?,
-                        SetValue::Minus(a, b) => arith(resolve(a, &before)?, resolve(b, &before)?, true)?,
+                        SetValue::Plus(a, b) => {
+                            arith(resolve(a, &before)?, resolve(b, &before)?, false)?
+                        }
+                        SetValue::Minus(a, b) => {
+                            arith(resolve(a, &before)?, resolve(b, &before)?, true)?
+                        }
                     };
                     item.insert(path.clone(), v);
                 }
@@ -862,7 +865,10 @@ mod tests {
 
     #[test]
     fn comparisons_by_type_numbers_by_value() {
-        let c = Case::new(&[], &[(":ten", n("10")), (":nine", n("9.0")), (":s", s("10"))]);
+        let c = Case::new(
+            &[],
+            &[(":ten", n("10")), (":nine", n("9.0")), (":s", s("10"))],
+        );
         let i = item(&[("balance", n("9"))]);
         assert!(c.cond("balance < :ten", Some(&i)).unwrap());
         assert!(c.cond("balance = :nine", Some(&i)).unwrap(), "9 = 9.0");
@@ -884,29 +890,67 @@ mod tests {
         let c = Case::new(&[], &[(":v", n("1"))]);
         let i = item(&[("a", n("1"))]);
         // NOT binds tighter than AND, AND tighter than OR.
-        assert!(c.cond("attribute_exists(b) AND attribute_exists(c) OR a = :v", Some(&i)).unwrap());
-        assert!(!c.cond("attribute_exists(b) AND (attribute_exists(c) OR a = :v)", Some(&i)).unwrap());
-        assert!(c.cond("NOT attribute_exists(b) AND a = :v", Some(&i)).unwrap());
-        assert!(!c.cond("NOT (attribute_exists(b) OR a = :v)", Some(&i)).unwrap());
-        assert!(c.cond("not attribute_exists(b) and a = :v", Some(&i)).unwrap(), "keywords ignore case");
+        assert!(
+            c.cond(
+                "attribute_exists(b) AND attribute_exists(c) OR a = :v",
+                Some(&i)
+            )
+            .unwrap()
+        );
+        assert!(
+            !c.cond(
+                "attribute_exists(b) AND (attribute_exists(c) OR a = :v)",
+                Some(&i)
+            )
+            .unwrap()
+        );
+        assert!(
+            c.cond("NOT attribute_exists(b) AND a = :v", Some(&i))
+                .unwrap()
+        );
+        assert!(
+            !c.cond("NOT (attribute_exists(b) OR a = :v)", Some(&i))
+                .unwrap()
+        );
+        assert!(
+            c.cond("not attribute_exists(b) and a = :v", Some(&i))
+                .unwrap(),
+            "keywords ignore case"
+        );
     }
 
     #[test]
     fn between_in_and_begins_with() {
         let c = Case::new(
             &[],
-            &[(":lo", n("1")), (":hi", n("5")), (":a", s("x")), (":b", s("acc")), (":p", s("acc"))],
+            &[
+                (":lo", n("1")),
+                (":hi", n("5")),
+                (":a", s("x")),
+                (":b", s("acc")),
+                (":p", s("acc")),
+            ],
         );
         let i = item(&[("n", n("3")), ("k", s("account#a"))]);
         assert!(c.cond("n BETWEEN :lo AND :hi", Some(&i)).unwrap());
         assert!(!c.cond("n BETWEEN :hi AND :hi", Some(&i)).unwrap());
-        assert!(c.cond("n BETWEEN :hi AND :lo", Some(&i)).is_err(), "bounds reversed");
+        assert!(
+            c.cond("n BETWEEN :hi AND :lo", Some(&i)).is_err(),
+            "bounds reversed"
+        );
         assert!(!c.cond("k IN (:a, :b)", Some(&i)).unwrap());
     }
 
     #[test]
     fn begins_with_and_in_match() {
-        let c = Case::new(&[], &[(":p", s("account#")), (":x", s("account#a")), (":y", s("other"))]);
+        let c = Case::new(
+            &[],
+            &[
+                (":p", s("account#")),
+                (":x", s("account#a")),
+                (":y", s("other")),
+            ],
+        );
         let i = item(&[("k", s("account#a"))]);
         assert!(c.cond("begins_with(k, :p)", Some(&i)).unwrap());
         assert!(c.cond("k IN (:x, :y)", Some(&i)).unwrap());
@@ -943,7 +987,8 @@ mod tests {
         assert_eq!(i["balance"], n("12.5"));
         c.update("SET #b = #b - :n", &mut i).unwrap();
         assert_eq!(i["balance"], n("10"));
-        c.update("SET other = if_not_exists(other, :zero) + :n", &mut i).unwrap();
+        c.update("SET other = if_not_exists(other, :zero) + :n", &mut i)
+            .unwrap();
         assert_eq!(i["other"], n("2.5"));
         // Operands read the item as it was before the update.
         let c2 = Case::new(&[], &[(":n", n("1"))]);
@@ -956,12 +1001,23 @@ mod tests {
     fn add_numbers_and_sets_remove_attributes() {
         let c = Case::new(
             &[],
-            &[(":n", n("-3")), (":tags", AttributeValue::Ss(vec!["b".into(), "c".into()]))],
+            &[
+                (":n", n("-3")),
+                (":tags", AttributeValue::Ss(vec!["b".into(), "c".into()])),
+            ],
         );
-        let mut i = item(&[("pk", s("a")), ("tags", AttributeValue::Ss(vec!["a".into(), "b".into()])), ("gone", s("x"))]);
-        c.update("ADD balance :n, tags :tags REMOVE gone", &mut i).unwrap();
+        let mut i = item(&[
+            ("pk", s("a")),
+            ("tags", AttributeValue::Ss(vec!["a".into(), "b".into()])),
+            ("gone", s("x")),
+        ]);
+        c.update("ADD balance :n, tags :tags REMOVE gone", &mut i)
+            .unwrap();
         assert_eq!(i["balance"], n("-3"), "a missing number counts as 0");
-        assert_eq!(i["tags"], AttributeValue::Ss(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(
+            i["tags"],
+            AttributeValue::Ss(vec!["a".into(), "b".into(), "c".into()])
+        );
         assert!(!i.contains_key("gone"));
         c.update("ADD balance :n REMOVE tags", &mut i).unwrap();
         assert_eq!(i["balance"], n("-6"));
@@ -971,11 +1027,17 @@ mod tests {
     fn update_data_errors() {
         let c = Case::new(&[], &[(":n", n("1")), (":s", s("x"))]);
         let mut i = item(&[("pk", s("a")), ("name", s("x"))]);
-        let e = c.update("ADD name :n REMOVE nothing SET v = :s", &mut i).unwrap_err();
+        let e = c
+            .update("ADD name :n REMOVE nothing SET v = :s", &mut i)
+            .unwrap_err();
         assert!(e.contains("incorrect data type"), "{e}");
-        let e = c.update("SET v = missing + :n REMOVE x SET w = :s", &mut i).unwrap_err();
+        let e = c
+            .update("SET v = missing + :n REMOVE x SET w = :s", &mut i)
+            .unwrap_err();
         assert!(e.contains("only be used once"), "{e}");
-        let e = c.update("SET v = missing + :n, w = :s", &mut i).unwrap_err();
+        let e = c
+            .update("SET v = missing + :n, w = :s", &mut i)
+            .unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
         let e = c.update("SET v = name + :n, w = :s", &mut i).unwrap_err();
         assert!(e.contains("incorrect data type"), "{e}");
@@ -983,7 +1045,10 @@ mod tests {
 
     #[test]
     fn unmodelled_and_invalid_updates_are_refused_by_name() {
-        let c = Case::new(&[("#pk", "pk")], &[(":n", n("1")), (":l", AttributeValue::L(vec![]))]);
+        let c = Case::new(
+            &[("#pk", "pk")],
+            &[(":n", n("1")), (":l", AttributeValue::L(vec![]))],
+        );
         let mut i = StoredItem::new();
         for (expr, names) in [
             ("DELETE tags :n", "DELETE"),
@@ -1003,15 +1068,24 @@ mod tests {
 
     #[test]
     fn every_defined_placeholder_must_be_used() {
-        let names = BTreeMap::from([("#a".to_string(), "a".to_string()), ("#x".to_string(), "x".to_string())]);
+        let names = BTreeMap::from([
+            ("#a".to_string(), "a".to_string()),
+            ("#x".to_string(), "x".to_string()),
+        ]);
         let values = item(&[(":v", n("1")), (":unused", n("2"))]);
         let mut ph = Placeholders::new(&names, &values);
         Condition::parse("#a = :v", &mut ph).unwrap();
         let e = ph.check_all_used().unwrap_err();
-        assert!(e.contains("ExpressionAttributeNames unused") && e.contains("#x"), "{e}");
+        assert!(
+            e.contains("ExpressionAttributeNames unused") && e.contains("#x"),
+            "{e}"
+        );
         let mut ph = Placeholders::new(&names, &values);
         Condition::parse("#a = :v AND attribute_exists(#x)", &mut ph).unwrap();
         let e = ph.check_all_used().unwrap_err();
-        assert!(e.contains("ExpressionAttributeValues unused") && e.contains(":unused"), "{e}");
+        assert!(
+            e.contains("ExpressionAttributeValues unused") && e.contains(":unused"),
+            "{e}"
+        );
     }
 }

@@ -248,7 +248,8 @@ impl<H: Handler> TestKit<H> {
                 Some(base) => format!("{base}-dlq.fifo"),
                 None => format!("{name}-dlq"),
             };
-            let mut source = QueueSpec::new(name).with_dlq(dlq.clone(), self.config.max_receive_count);
+            let mut source =
+                QueueSpec::new(name).with_dlq(dlq.clone(), self.config.max_receive_count);
             source.visibility_timeout = self.config.visibility_timeout;
             source.retention = self.config.retention;
             let mut dead = QueueSpec::new(dlq);
@@ -330,7 +331,13 @@ fn clients(services: &Services) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::Clien
     let sqs = aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("AKID", "secret", None, None, "idemq-testing"))
+        .credentials_provider(Credentials::new(
+            "AKID",
+            "secret",
+            None,
+            None,
+            "idemq-testing",
+        ))
         .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
         .retry_config(RetryConfig::disabled())
         .http_client(services.http_client())

@@ -238,7 +238,10 @@ mod tests {
         assert_eq!(n("0.1").add(n("0.2")).unwrap(), n("0.3"));
         assert_eq!(n("100").add(n("-25")).unwrap().to_string(), "75");
         assert_eq!(n("5").add(n("-5")).unwrap().to_string(), "0");
-        assert_eq!(n("1e20").add(n("1")).unwrap().to_string(), "100000000000000000001");
+        assert_eq!(
+            n("1e20").add(n("1")).unwrap().to_string(),
+            "100000000000000000001"
+        );
         assert!(n("1e100").add(n("1e-100")).is_err(), "beyond 38 digits");
     }
 

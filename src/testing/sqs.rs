@@ -256,7 +256,10 @@ impl MemorySqs {
         let q = self.queue_of(req)?;
         let mut all = BTreeMap::from([
             ("QueueArn", self.arn(&q.name)),
-            ("VisibilityTimeout", q.visibility_timeout.as_secs().to_string()),
+            (
+                "VisibilityTimeout",
+                q.visibility_timeout.as_secs().to_string(),
+            ),
             ("MessageRetentionPeriod", q.retention.as_secs().to_string()),
             ("MaximumMessageSize", q.max_message_bytes.to_string()),
             ("DelaySeconds", "0".into()),
@@ -311,8 +314,7 @@ impl MemorySqs {
                     ),
                 )
             })?;
-        let Some((q, message_id)) = self.deliveries.get(handle).filter(|(q, _)| q == queue)
-        else {
+        let Some((q, message_id)) = self.deliveries.get(handle).filter(|(q, _)| q == queue) else {
             return Err((
                 "ReceiptHandleIsInvalid",
                 format!("The receipt handle {handle:?} is not one the kit delivered from {queue}"),
@@ -339,10 +341,16 @@ impl MemorySqs {
         if entries.len() > 10 {
             return Err(ServiceError::sqs(
                 "TooManyEntriesInBatchRequest",
-                format!("Maximum number of entries per request are 10. You have sent {}.", entries.len()),
+                format!(
+                    "Maximum number of entries per request are 10. You have sent {}.",
+                    entries.len()
+                ),
             ));
         }
-        let ids: Vec<&str> = entries.iter().map(|e| e["Id"].as_str().unwrap_or_default()).collect();
+        let ids: Vec<&str> = entries
+            .iter()
+            .map(|e| e["Id"].as_str().unwrap_or_default())
+            .collect();
         if (1..ids.len()).any(|i| ids[..i].contains(&ids[i])) {
             return Err(ServiceError::sqs(
                 "BatchEntryIdsNotDistinct",
@@ -354,9 +362,8 @@ impl MemorySqs {
             let handle = e["ReceiptHandle"].as_str().unwrap_or_default();
             match self.change(&queue, handle, &e["VisibilityTimeout"]) {
                 Ok(()) => ok.push(json!({ "Id": id })),
-                Err((code, message)) => failed.push(
-                    json!({"Id": id, "SenderFault": true, "Code": code, "Message": message}),
-                ),
+                Err((code, message)) => failed
+                    .push(json!({"Id": id, "SenderFault": true, "Code": code, "Message": message})),
             }
         }
         Ok(json!({ "Successful": ok, "Failed": failed }))
@@ -393,7 +400,9 @@ impl MemorySqs {
                 let string_value = a["StringValue"].as_str().map(str::to_owned);
                 let binary_value = match a["BinaryValue"].as_str() {
                     Some(b) => Some(STANDARD.decode(b).map_err(|_| {
-                        invalid(format!("The binary value of message attribute {name} is not base64"))
+                        invalid(format!(
+                            "The binary value of message attribute {name} is not base64"
+                        ))
                     })?),
                     None => None,
                 };
@@ -450,11 +459,27 @@ mod tests {
     #[test]
     fn queue_url_and_attributes_with_the_redrive_policy() {
         let mut s = sqs();
-        let url = s.apply("GetQueueUrl", &json!({"QueueName": "jobs", "QueueOwnerAWSAccountId": "000000000000"})).unwrap();
+        let url = s
+            .apply(
+                "GetQueueUrl",
+                &json!({"QueueName": "jobs", "QueueOwnerAWSAccountId": "000000000000"}),
+            )
+            .unwrap();
         assert_eq!(url["QueueUrl"], s.url("jobs"));
-        assert_eq!(s.apply("GetQueueUrl", &json!({"QueueName": "nope"})).unwrap_err().code(), "QueueDoesNotExist");
-        let attrs = s.apply("GetQueueAttributes", &json!({"QueueUrl": s.url("jobs"), "AttributeNames": ["All"]})).unwrap();
-        let policy: Value = serde_json::from_str(attrs["Attributes"]["RedrivePolicy"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            s.apply("GetQueueUrl", &json!({"QueueName": "nope"}))
+                .unwrap_err()
+                .code(),
+            "QueueDoesNotExist"
+        );
+        let attrs = s
+            .apply(
+                "GetQueueAttributes",
+                &json!({"QueueUrl": s.url("jobs"), "AttributeNames": ["All"]}),
+            )
+            .unwrap();
+        let policy: Value =
+            serde_json::from_str(attrs["Attributes"]["RedrivePolicy"].as_str().unwrap()).unwrap();
         assert_eq!(policy["maxReceiveCount"], 3);
         assert_eq!(policy["deadLetterTargetArn"], s.arn("jobs-dlq"));
         assert_eq!(attrs["Attributes"]["VisibilityTimeout"], "30");
@@ -476,7 +501,12 @@ mod tests {
         assert_eq!(s.visibility_changes()[0].message_id, "m1");
         assert_eq!(s.visibility_changes()[0].timeout, Duration::from_secs(7));
         let dup = json!({"QueueUrl": s.url("jobs"), "Entries": [{"Id": "a", "ReceiptHandle": "rh1", "VisibilityTimeout": 1}, {"Id": "a", "ReceiptHandle": "rh1", "VisibilityTimeout": 1}]});
-        assert_eq!(s.apply("ChangeMessageVisibilityBatch", &dup).unwrap_err().code(), "BatchEntryIdsNotDistinct");
+        assert_eq!(
+            s.apply("ChangeMessageVisibilityBatch", &dup)
+                .unwrap_err()
+                .code(),
+            "BatchEntryIdsNotDistinct"
+        );
     }
 
     #[test]
@@ -487,13 +517,34 @@ mod tests {
         s.apply("SendMessage", &ok).unwrap();
         assert_eq!(s.sent_messages()[0].attribute("idemq-job-id"), Some("j1"));
         let empty = json!({"QueueUrl": url, "MessageBody": ""});
-        assert_eq!(s.apply("SendMessage", &empty).unwrap_err().code(), "MissingParameter");
-        let attrs: serde_json::Map<String, Value> = (0..11).map(|i| (format!("a{i}"), json!({"DataType": "String", "StringValue": "v"}))).collect();
+        assert_eq!(
+            s.apply("SendMessage", &empty).unwrap_err().code(),
+            "MissingParameter"
+        );
+        let attrs: serde_json::Map<String, Value> = (0..11)
+            .map(|i| {
+                (
+                    format!("a{i}"),
+                    json!({"DataType": "String", "StringValue": "v"}),
+                )
+            })
+            .collect();
         let many = json!({"QueueUrl": url, "MessageBody": "x", "MessageAttributes": attrs});
-        assert_eq!(s.apply("SendMessage", &many).unwrap_err().code(), "InvalidParameterValue");
+        assert_eq!(
+            s.apply("SendMessage", &many).unwrap_err().code(),
+            "InvalidParameterValue"
+        );
         let big = json!({"QueueUrl": url, "MessageBody": "x".repeat(DEFAULT_MAX_MESSAGE + 1)});
-        assert!(s.apply("SendMessage", &big).unwrap_err().message().contains("shorter than"));
-        assert_eq!(s.apply("DeleteMessage", &json!({})).unwrap_err().code(), "UnsupportedOperation");
+        assert!(
+            s.apply("SendMessage", &big)
+                .unwrap_err()
+                .message()
+                .contains("shorter than")
+        );
+        assert_eq!(
+            s.apply("DeleteMessage", &json!({})).unwrap_err().code(),
+            "UnsupportedOperation"
+        );
         assert_eq!(s.sent_messages().len(), 1);
     }
 }
