@@ -161,7 +161,7 @@ impl<H: Handler> TestKit<H> {
             dynamodb_client.clone(),
             config.layout.clone(),
             config.idempotency.clone(),
-            config.batch.clone(),
+            config.batch,
         );
         Self {
             service: BatchService::from_host(host),
