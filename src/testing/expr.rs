@@ -1066,6 +1066,20 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any expression text: parsed and evaluated, or refused with an
+        /// error; never a panic.
+        #[test]
+        fn any_expression_is_evaluated_or_refused(expr in "[a-z#:()<>=, +.\\[\\]-]{0,40}|(SET|ADD|REMOVE|NOT|AND|OR|IN|BETWEEN| |a|#n|:v|:s|,|=|<|>|\\(|\\)|\\+|-|attribute_exists|if_not_exists|begins_with){0,12}") {
+            let c = Case::new(&[("#n", "n")], &[(":v", n("1")), (":s", s("x"))]);
+            let stored = item(&[("pk", s("k")), ("a", n("2")), ("n", s("y"))]);
+            let _ = c.cond(&expr, Some(&stored));
+            let _ = c.cond(&expr, None);
+            let mut updated = stored.clone();
+            let _ = c.update(&expr, &mut updated);
+        }
+    }
+
     #[test]
     fn every_defined_placeholder_must_be_used() {
         let names = BTreeMap::from([

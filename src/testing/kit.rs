@@ -215,7 +215,9 @@ impl<H: Handler> TestKit<H> {
         };
         let mut context = lambda_runtime::Context::default();
         context.request_id = "idemq-testing".into();
-        context.deadline = now_ms + self.config.invocation_timeout.as_millis() as u64;
+        let timeout_ms =
+            u64::try_from(self.config.invocation_timeout.as_millis()).unwrap_or(u64::MAX);
+        context.deadline = now_ms.saturating_add(timeout_ms);
         let mut service = self.service.clone();
         let response = service.call(LambdaEvent::new(event, context)).await?;
         let sqs = lock(&self.services.sqs);

@@ -87,9 +87,10 @@ impl Number {
         self.mantissa.unsigned_abs().ilog10() as i32 + 1
     }
 
-    /// Magnitude order: the exponent of the leading digit.
-    fn order(&self) -> i32 {
-        self.exponent + self.digits() - 1
+    /// Magnitude order: the exponent of the leading digit (wide, so that
+    /// any exponent a text can spell fits).
+    fn order(&self) -> i64 {
+        i64::from(self.exponent) + i64::from(self.digits()) - 1
     }
 
     fn in_range(&self) -> Result<(), ()> {
@@ -243,6 +244,20 @@ mod tests {
             "100000000000000000001"
         );
         assert!(n("1e100").add(n("1e-100")).is_err(), "beyond 38 digits");
+    }
+
+    proptest::proptest! {
+        /// Any text: a number or an error, never a panic; and what parses
+        /// prints back to itself and adds to itself without panicking.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "[-+0-9.eE]{0,50}|[0-9]{1,3}[eE][-+]?[0-9]{1,12}") {
+            if let Ok(a) = Number::parse(&text) {
+                proptest::prop_assert_eq!(Number::parse(&a.to_string()), Ok(a));
+                let _ = a.add(a);
+                let _ = a.add(a.neg());
+                let _ = a.cmp(&a.neg());
+            }
+        }
     }
 
     #[test]
