@@ -398,3 +398,50 @@ async fn each_transfer_is_credited_once() {
     kit.run_json(event).await.unwrap();
     assert_eq!(balance(&kit), AttributeValue::N("25".into()));
 }
+
+#[tokio::test]
+async fn a_fifo_group_stops_at_its_first_failure_and_dead_letters_keep_their_group() {
+    let kit = TestKit::new(ledger(), TABLE);
+    let record = |id: &str, group: &str, transfer: &str, account: &str, amount: i64| {
+        serde_json::json!({
+            "messageId": id,
+            "receiptHandle": format!("rh-{id}"),
+            "body": serde_json::json!({"transfer_id": transfer, "account": account, "amount": amount}).to_string(),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796212800000",
+                           "MessageGroupId": group, "SequenceNumber": "1", "MessageDeduplicationId": id},
+            "messageAttributes": {"idemq-job-id": {"stringValue": transfer, "dataType": "String"}},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:ledger-jobs.fifo",
+            "awsRegion": "us-east-1"
+        })
+    };
+    let event = serde_json::json!({"Records": [
+        record("a1", "a", "f-1", "alice", 1),
+        record("a2", "a", "f-2", "outage", 1),
+        record("a3", "a", "f-3", "alice", 2),
+        record("b1", "b", "f-4", "bob", -1),
+        record("b2", "b", "f-5", "bob", 5),
+    ]});
+    let run = kit.run_json(&event.to_string()).await.unwrap();
+    // Group a stops at f-2: f-3 is handed back untried (visibility 0).
+    assert_eq!(run.failed_ids(), vec!["a2", "a3"]);
+    let changes: Vec<(&str, Duration)> = run
+        .visibility_changes
+        .iter()
+        .map(|c| (c.message_id.as_str(), c.timeout))
+        .collect();
+    assert_eq!(changes.len(), 2);
+    assert!(changes.contains(&("a3", Duration::ZERO)), "{changes:?}");
+    assert!(kit.marker("f-3").is_none());
+    assert_eq!(balance(&kit, "alice").as_deref(), Some("1"));
+    // Group b: the permanent failure is dead-lettered (it leaves the
+    // queue), so the group goes on; the DLQ copy keeps its group.
+    assert_eq!(run.dead_letters.len(), 1);
+    assert_eq!(run.dead_letters[0].group_id.as_deref(), Some("b"));
+    assert!(
+        run.dead_letters[0]
+            .queue_url
+            .ends_with("/ledger-jobs-dlq.fifo")
+    );
+    assert_eq!(balance(&kit, "bob").as_deref(), Some("5"));
+}
