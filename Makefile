@@ -55,7 +55,8 @@ deploy:
 
 lint:
 	cargo fmt --check
-	cargo clippy --all-targets --locked -- -D warnings
+	cargo clippy --all-targets --features testing --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing --locked
 
 fmt:
 	cargo fmt

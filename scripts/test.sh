@@ -12,14 +12,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# `--features testing` (the test kit, idemq::testing) on every cargo step
+# below: it only changes idemq's own crate (the two smithy crates it adds
+# are already built for the SDK, with the same features), so no dependency
+# is built twice; tests/testing_kit.rs and the README's kit example need it.
 echo "== lint (fmt, clippy, rustdoc)"
 cargo fmt --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --all-targets --features testing --locked -- -D warnings
 # Every public item documented (#![warn(missing_docs)] in lib.rs), and no
 # broken, private or bare links in the docs. After clippy: it documents the
 # library against the dependencies clippy just checked: warm, ~2 s of CPU
 # (4-12 s wall measured on a busy 2-core machine).
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing --locked
 
 echo "== package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the
@@ -41,9 +45,9 @@ echo "== emulator wrapper self-test"
 .state/venv-moto/bin/python scripts/test_moto_dynamodb.py
 
 echo "== cargo test (unit, mocked SDK, local stack, CLI)"
-cargo test --locked --all-targets
+cargo test --locked --all-targets --features testing
 # Doc examples are tests too; they share the build above.
-cargo test --locked --doc
+cargo test --locked --doc --features testing
 
 echo "== a Lambda-only crate outside the package (tests/outside)"
 # idemq with default-features = false, features = ["lambda"], as a user's
@@ -88,4 +92,4 @@ echo "== Lambda runtime contract (cargo lambda watch)"
 trap 'scripts/lambda.sh down || true; cleanup' EXIT
 scripts/lambda.sh down
 scripts/lambda.sh up
-cargo test --locked --test lambda_local -- --ignored
+cargo test --locked --features testing --test lambda_local -- --ignored

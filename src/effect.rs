@@ -96,9 +96,10 @@ pub struct Write {
     table: String,
     key: Key,
     kind: WriteKind,
-    condition: Option<String>,
-    names: HashMap<String, String>,
-    values: Item,
+    // pub(crate): read back by `testing::WriteView` (feature `testing`).
+    pub(crate) condition: Option<String>,
+    pub(crate) names: HashMap<String, String>,
+    pub(crate) values: Item,
 }
 
 impl Write {

@@ -14,7 +14,10 @@
 //! - [`effect`]: the typed builder for a job's writes and its limits;
 //! - [`job`]: the job id (attribute, body pointer or `MessageId`), the
 //!   payload hash and downstream idempotency keys;
-//! - [`producer`]: sending jobs with a stable id ([`Producer`]).
+//! - [`producer`]: sending jobs with a stable id ([`Producer`]);
+//! - `testing` (feature `testing`): unit-testing a handler: `job_meta`,
+//!   read-back views of an `Effect`, and a whole SQS event run through the
+//!   Lambda batch service against in-memory DynamoDB and SQS.
 //!
 //! Running it (the hosts, and what they share):
 //! - `lambda` (feature `lambda`): the Lambda host, and
@@ -79,6 +82,8 @@ pub mod lambda;
 pub mod metrics;
 pub mod producer;
 pub mod queue;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "worker")]
 pub mod worker;
 

@@ -1,0 +1,447 @@
+//! The test kit (`idemq::testing`, feature `testing`) on the ledger
+//! example: real SQS event fixtures through the Lambda batch service,
+//! against the in-memory DynamoDB and SQS. No AWS, no emulator.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use idemq::Key;
+use idemq::effect::{Effect, Item, Write, WriteKind};
+use idemq::handler::{Handler, JobError, JobMeta, handler_fn};
+use idemq::testing::{KitConfig, TestKit, job_meta, write_to, writes};
+
+#[path = "../examples/ledger.rs"]
+mod ledger;
+
+use ledger::{Ledger, Transfer};
+
+const TABLE: &str = "ledger";
+const FIXTURE: &str = include_str!("fixtures/sqs_ledger.json");
+
+// The fixture's records, in order: t-1 (alice +25), t-2 (bob +10), t-1
+// again (a redelivery under another MessageId), t-3 (amount -5: permanent),
+// t-4 (account "outage": transient), t-5 (a truncated body: undecodable),
+// and carol +3 sent without `idemq-job-id`.
+const T1: &str = "6a1f0c2e-0001-4b7e-9d41-1c0a5e7d2f01";
+const OUTAGE: &str = "6a1f0c2e-0005-4b7e-9d41-1c0a5e7d2f05";
+/// Sent without `idemq-job-id`: its job id is its MessageId.
+const NO_JOB_ID: &str = "6a1f0c2e-0007-4b7e-9d41-1c0a5e7d2f07";
+
+fn ledger() -> Ledger {
+    Ledger {
+        table: TABLE.into(),
+        fail_accounts: HashSet::from(["outage".to_string()]),
+    }
+}
+
+fn s(item: &Item, name: &str) -> Option<String> {
+    item.get(name).and_then(|v| v.as_s().ok()).cloned()
+}
+
+fn balance<H>(kit: &TestKit<H>, account: &str) -> Option<String> {
+    kit.item(&Key::string("pk", format!("account#{account}")))
+        .and_then(|i| i.get("balance").and_then(|v| v.as_n().ok()).cloned())
+}
+
+/// An event of `(message id, body, idemq-job-id, receive count)` records
+/// on the fixture's queue.
+fn event(records: &[(&str, &str, Option<&str>, u32)]) -> String {
+    let records: Vec<serde_json::Value> = records
+        .iter()
+        .map(|(message_id, body, job_id, receives)| {
+            let mut attrs = serde_json::Map::new();
+            if let Some(j) = job_id {
+                attrs.insert(
+                    "idemq-job-id".into(),
+                    serde_json::json!({"stringValue": j, "dataType": "String"}),
+                );
+            }
+            serde_json::json!({
+                "messageId": message_id,
+                "receiptHandle": format!("rh-{message_id}"),
+                "body": body,
+                "attributes": {"ApproximateReceiveCount": receives.to_string(), "SentTimestamp": "1796212800000"},
+                "messageAttributes": attrs,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:ledger-jobs",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    serde_json::json!({ "Records": records }).to_string()
+}
+
+#[tokio::test]
+async fn the_fixture_commits_dedups_dead_letters_and_retries() {
+    let kit = TestKit::new(ledger(), TABLE);
+    let run = kit.run_json(FIXTURE).await.unwrap();
+
+    // Only the transient failure stays on the queue, for a retry.
+    assert_eq!(run.failed_ids(), vec![OUTAGE]);
+    assert_eq!(run.visibility_changes.len(), 1);
+    let retry = &run.visibility_changes[0];
+    assert_eq!(retry.message_id, OUTAGE);
+    assert!(
+        retry.queue_url.ends_with("/000000000000/ledger-jobs"),
+        "{}",
+        retry.queue_url
+    );
+    // Full jitter over the backoff's ceiling for a second receive, in
+    // whole seconds rounded up.
+    let ceiling = KitConfig::new(TABLE).batch.backoff.ceiling(2);
+    assert!(
+        retry.timeout <= ceiling + Duration::from_secs(1),
+        "{:?}",
+        retry.timeout
+    );
+
+    // The negative amount (permanent) and the undecodable body are
+    // dead-lettered at once, with their job id and the error.
+    let mut dead: Vec<(&str, &str)> = run
+        .dead_letters
+        .iter()
+        .map(|m| (m.attribute("idemq-job-id").unwrap(), m.queue_url.as_str()))
+        .collect();
+    dead.sort();
+    assert_eq!(dead.len(), 2);
+    assert_eq!((dead[0].0, dead[1].0), ("t-3", "t-5"));
+    assert!(dead.iter().all(|(_, q)| q.ends_with("/ledger-jobs-dlq")));
+    let negative = run
+        .dead_letters
+        .iter()
+        .find(|m| m.attribute("idemq-job-id") == Some("t-3"))
+        .unwrap();
+    assert_eq!(
+        negative.body,
+        r#"{"transfer_id":"t-3","account":"alice","amount":-5}"#
+    );
+    assert!(
+        negative
+            .attribute("idemq-error")
+            .unwrap()
+            .contains("not positive")
+    );
+
+    // The effects: t-1 once, although delivered twice; t-2; the job
+    // without an id attribute under its MessageId.
+    assert_eq!(balance(&kit, "alice").as_deref(), Some("25"));
+    assert_eq!(balance(&kit, "bob").as_deref(), Some("10"));
+    assert_eq!(balance(&kit, "carol").as_deref(), Some("3"));
+    assert_eq!(balance(&kit, "outage"), None);
+    let entry = kit.item(&Key::string("pk", "entry#t-1")).unwrap();
+    assert_eq!(s(&entry, "account").as_deref(), Some("alice"));
+    for committed in ["t-1", "t-2", NO_JOB_ID] {
+        let marker = kit
+            .marker(committed)
+            .unwrap_or_else(|| panic!("no marker for {committed}"));
+        assert_eq!(s(&marker, "job_id").as_deref(), Some(committed));
+        assert_eq!(s(&marker, "queue").as_deref(), Some("ledger-jobs"));
+    }
+    for failed in ["t-3", "t-4", "t-5"] {
+        assert!(kit.marker(failed).is_none(), "{failed} committed");
+        let record = kit
+            .failure_record(failed)
+            .unwrap_or_else(|| panic!("no record for {failed}"));
+        assert!(s(&record, "kind").is_some());
+    }
+    assert_eq!(
+        s(&kit.failure_record("t-4").unwrap(), "kind").as_deref(),
+        Some("transient")
+    );
+    assert_eq!(
+        s(&kit.failure_record("t-5").unwrap(), "kind").as_deref(),
+        Some("permanent")
+    );
+    // Nothing else was written: 3 accounts, 3 entries, 3 markers, 3 records.
+    assert_eq!(kit.items().len(), 12, "{:#?}", kit.items());
+}
+
+#[tokio::test]
+async fn a_redelivered_batch_is_acknowledged_as_duplicates_and_credits_nothing() {
+    let kit = TestKit::new(ledger(), TABLE);
+    kit.run_json(FIXTURE).await.unwrap();
+    let marker_before = kit.marker("t-1").unwrap();
+    let items_before = kit.items().len();
+
+    let again = kit.run_json(FIXTURE).await.unwrap();
+    assert_eq!(
+        again.failed_ids(),
+        vec![OUTAGE],
+        "duplicates are acknowledged"
+    );
+    assert_eq!(
+        balance(&kit, "alice").as_deref(),
+        Some("25"),
+        "t-1 credited once"
+    );
+    assert_eq!(balance(&kit, "bob").as_deref(), Some("10"));
+    assert_eq!(balance(&kit, "carol").as_deref(), Some("3"));
+    assert_eq!(
+        kit.marker("t-1").unwrap(),
+        marker_before,
+        "the marker is not rewritten"
+    );
+    assert_eq!(kit.items().len(), items_before);
+    // Permanent failures have no marker: they are dead-lettered again.
+    assert_eq!(again.dead_letters.len(), 2);
+    assert_eq!(kit.sqs().sent_messages().len(), 4);
+}
+
+#[tokio::test]
+async fn a_changed_payload_under_a_committed_job_id_is_a_conflict_sent_to_the_dlq() {
+    let kit = TestKit::new(ledger(), TABLE);
+    kit.run_json(FIXTURE).await.unwrap();
+    let changed = event(&[(
+        "conflict-1",
+        r#"{"transfer_id":"t-1","account":"alice","amount":99}"#,
+        Some("t-1"),
+        1,
+    )]);
+    let run = kit.run_json(&changed).await.unwrap();
+    assert!(run.failed_ids().is_empty());
+    assert_eq!(run.dead_letters.len(), 1);
+    let error = run.dead_letters[0].attribute("idemq-error").unwrap();
+    assert!(error.contains("hash"), "{error}");
+    assert_eq!(
+        balance(&kit, "alice").as_deref(),
+        Some("25"),
+        "never applied"
+    );
+}
+
+#[tokio::test]
+async fn a_transient_failure_on_its_last_receive_is_left_to_the_queues_redrive() {
+    let kit = TestKit::new(ledger(), TABLE);
+    let last = event(&[(
+        "last-try",
+        r#"{"transfer_id":"t-9","account":"outage","amount":1}"#,
+        Some("t-9"),
+        6,
+    )]);
+    let run = kit.run_json(&last).await.unwrap();
+    // Reported failed: SQS's redrive (maxReceiveCount 6) moves it with
+    // the MessageId it has; idemq sends nothing itself.
+    assert_eq!(run.failed_ids(), vec!["last-try"]);
+    assert!(run.dead_letters.is_empty());
+    assert_eq!(
+        kit.failure_record("t-9").unwrap().get("attempt"),
+        Some(&AttributeValue::N("6".into()))
+    );
+}
+
+#[tokio::test]
+async fn an_effects_own_failed_condition_is_rejected_and_dead_lettered() {
+    // A withdrawal that must not overdraw: SET with minus, guarded by a
+    // comparison, through the real transaction and its cancellation.
+    let withdraw = handler_fn(|t: Transfer, _meta: JobMeta| async move {
+        let amount = AttributeValue::N(t.amount.to_string());
+        Ok::<_, JobError>(
+            Effect::new().with(
+                Write::update(
+                    TABLE,
+                    Key::string("pk", format!("account#{}", t.account)),
+                    "SET balance = balance - :a",
+                )
+                .condition("attribute_exists(pk) AND balance >= :a")
+                .value(":a", amount),
+            ),
+        )
+    });
+    let kit = TestKit::new(withdraw, TABLE);
+    kit.dynamodb()
+        .put_item(
+            TABLE,
+            Item::from([
+                ("pk".to_string(), AttributeValue::S("account#alice".into())),
+                ("balance".to_string(), AttributeValue::N("10".into())),
+            ]),
+        )
+        .unwrap();
+    let run = kit
+        .run_json(&event(&[
+            (
+                "w-1",
+                r#"{"transfer_id":"w-1","account":"alice","amount":4}"#,
+                Some("w-1"),
+                1,
+            ),
+            (
+                "w-2",
+                r#"{"transfer_id":"w-2","account":"alice","amount":40}"#,
+                Some("w-2"),
+                1,
+            ),
+        ]))
+        .await
+        .unwrap();
+    assert!(run.failed_ids().is_empty());
+    assert_eq!(balance(&kit, "alice").as_deref(), Some("6"));
+    assert!(kit.marker("w-1").is_some());
+    assert!(
+        kit.marker("w-2").is_none(),
+        "a cancelled transaction writes no marker"
+    );
+    assert_eq!(run.dead_letters.len(), 1);
+    assert_eq!(run.dead_letters[0].attribute("idemq-job-id"), Some("w-2"));
+    assert_eq!(
+        s(&kit.failure_record("w-2").unwrap(), "kind").as_deref(),
+        Some("rejected")
+    );
+}
+
+#[tokio::test]
+async fn an_expression_the_store_does_not_model_fails_the_job_and_says_so() {
+    let sized = handler_fn(|_: serde_json::Value, meta: JobMeta| async move {
+        Ok::<_, JobError>(
+            Effect::new().with(
+                Write::update(TABLE, Key::string("pk", meta.job_id.as_str()), "SET n = :n")
+                    .condition("size(n) < :n")
+                    .value(":n", AttributeValue::N("3".into())),
+            ),
+        )
+    });
+    let kit = TestKit::new(sized, TABLE);
+    let run = kit
+        .run_json(&event(&[("m-1", "{}", Some("j-1"), 1)]))
+        .await
+        .unwrap();
+    // Not committed, and not silently: the record names the function.
+    assert!(kit.marker("j-1").is_none());
+    let record = kit.failure_record("j-1").unwrap();
+    let error = s(&record, "error").unwrap();
+    assert!(
+        error.contains("size") && error.contains("not modelled"),
+        "{error}"
+    );
+    assert_eq!(run.failed_ids().len() + run.dead_letters.len(), 1);
+}
+
+#[tokio::test]
+async fn a_record_without_a_message_id_fails_the_whole_invocation() {
+    let kit = TestKit::new(ledger(), TABLE);
+    let bad = FIXTURE.replacen(
+        &format!("\"messageId\": \"{T1}\""),
+        "\"messageId\": \"\"",
+        1,
+    );
+    assert_ne!(bad, FIXTURE);
+    assert!(kit.run_json(&bad).await.is_err());
+    assert!(kit.run_json("{\"Records\": 7}").await.is_err());
+    assert!(kit.items().is_empty());
+}
+
+#[tokio::test]
+async fn a_handler_called_directly_with_job_meta_returns_writes_to_read_back() {
+    let transfer: Transfer =
+        serde_json::from_str(r#"{"transfer_id":"t-1","account":"alice","amount":25}"#).unwrap();
+    let effect = ledger().handle(transfer, job_meta("t-1")).await.unwrap();
+    assert!(effect.uses_marker());
+    assert_eq!(writes(&effect).len(), 2);
+
+    let credit = write_to(&effect, TABLE, &Key::string("pk", "account#alice")).unwrap();
+    assert!(matches!(credit.kind(), WriteKind::Update { .. }));
+    assert_eq!(credit.update_expression(), Some("ADD balance :amount"));
+    assert_eq!(
+        credit.value(":amount"),
+        Some(&AttributeValue::N("25".into()))
+    );
+    assert_eq!(credit.condition(), None);
+    assert!(credit.names().is_empty());
+
+    let entry = write_to(&effect, TABLE, &Key::string("pk", "entry#t-1")).unwrap();
+    let item = entry.item().unwrap();
+    assert_eq!(s(&item, "pk").as_deref(), Some("entry#t-1"));
+    assert_eq!(s(&item, "account").as_deref(), Some("alice"));
+    assert_eq!(entry.attributes().unwrap().len(), 2);
+
+    let transfer: Transfer =
+        serde_json::from_str(r#"{"transfer_id":"t-2","account":"outage","amount":1}"#).unwrap();
+    let mut meta = job_meta("t-2");
+    meta.attempt = 3;
+    let err = ledger().handle(transfer, meta).await.unwrap_err();
+    assert!(!err.is_permanent(), "an outage is retried");
+}
+
+/// README.md's "Unit-testing a handler" example, as it is there (only the
+/// fixture's path differs): the README's copy sits under `#[cfg(test)]`,
+/// which doc tests do not compile, so this one keeps it honest.
+#[tokio::test]
+async fn each_transfer_is_credited_once() {
+    let outage = HashSet::from(["outage".to_string()]);
+    let ledger = Ledger {
+        table: "ledger".into(),
+        fail_accounts: outage,
+    };
+    let kit = TestKit::new(ledger, "ledger");
+    // t-1 twice (a redelivery), t-2, t-3 (amount -5), t-4 (account
+    // "outage"), t-5 (a truncated body), one without idemq-job-id.
+    let event = include_str!("fixtures/sqs_ledger.json");
+    let run = kit.run_json(event).await.unwrap();
+
+    // Only the outage is retried: reported failed, its visibility set
+    // to the backoff.
+    assert_eq!(run.failed_ids(), ["6a1f0c2e-0005-4b7e-9d41-1c0a5e7d2f05"]);
+    assert_eq!(run.visibility_changes.len(), 1);
+    // The negative amount and the truncated body are dead-lettered now.
+    let mut dead: Vec<&str> = run
+        .dead_letters
+        .iter()
+        .filter_map(|m| m.attribute("idemq-job-id"))
+        .collect();
+    dead.sort();
+    assert_eq!(dead, ["t-3", "t-5"]);
+    // Alice is credited once, and the whole batch again changes nothing.
+    let alice = Key::string("pk", "account#alice");
+    let balance = |kit: &TestKit<Ledger>| kit.item(&alice).unwrap()["balance"].clone();
+    assert_eq!(balance(&kit), AttributeValue::N("25".into()));
+    kit.run_json(event).await.unwrap();
+    assert_eq!(balance(&kit), AttributeValue::N("25".into()));
+}
+
+#[tokio::test]
+async fn a_fifo_group_stops_at_its_first_failure_and_dead_letters_keep_their_group() {
+    let kit = TestKit::new(ledger(), TABLE);
+    let record = |id: &str, group: &str, transfer: &str, account: &str, amount: i64| {
+        serde_json::json!({
+            "messageId": id,
+            "receiptHandle": format!("rh-{id}"),
+            "body": serde_json::json!({"transfer_id": transfer, "account": account, "amount": amount}).to_string(),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796212800000",
+                           "MessageGroupId": group, "SequenceNumber": "1", "MessageDeduplicationId": id},
+            "messageAttributes": {"idemq-job-id": {"stringValue": transfer, "dataType": "String"}},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:ledger-jobs.fifo",
+            "awsRegion": "us-east-1"
+        })
+    };
+    let event = serde_json::json!({"Records": [
+        record("a1", "a", "f-1", "alice", 1),
+        record("a2", "a", "f-2", "outage", 1),
+        record("a3", "a", "f-3", "alice", 2),
+        record("b1", "b", "f-4", "bob", -1),
+        record("b2", "b", "f-5", "bob", 5),
+    ]});
+    let run = kit.run_json(&event.to_string()).await.unwrap();
+    // Group a stops at f-2: f-3 is handed back untried (visibility 0).
+    assert_eq!(run.failed_ids(), vec!["a2", "a3"]);
+    let changes: Vec<(&str, Duration)> = run
+        .visibility_changes
+        .iter()
+        .map(|c| (c.message_id.as_str(), c.timeout))
+        .collect();
+    assert_eq!(changes.len(), 2);
+    assert!(changes.contains(&("a3", Duration::ZERO)), "{changes:?}");
+    assert!(kit.marker("f-3").is_none());
+    assert_eq!(balance(&kit, "alice").as_deref(), Some("1"));
+    // Group b: the permanent failure is dead-lettered (it leaves the
+    // queue), so the group goes on; the DLQ copy keeps its group.
+    assert_eq!(run.dead_letters.len(), 1);
+    assert_eq!(run.dead_letters[0].group_id.as_deref(), Some("b"));
+    assert!(
+        run.dead_letters[0]
+            .queue_url
+            .ends_with("/ledger-jobs-dlq.fifo")
+    );
+    assert_eq!(balance(&kit, "bob").as_deref(), Some("5"));
+}
