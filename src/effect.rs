@@ -5,6 +5,12 @@
 //! `TransactWriteItems`, so the job is either done (marker and effect) or not
 //! done at all. Everything DynamoDB would refuse for shape or size is refused
 //! here first, before any I/O, with an error that says which write is wrong.
+//!
+//! The marker is a separate item by default. When the effect creates an item
+//! that belongs to the job (a ledger entry, an order row, a "receipt sent"
+//! record), [`Effect::marked_by`] makes that item the marker instead: one item
+//! fewer per job, and an effect of that one item alone is committed with a
+//! single conditional `PutItem` instead of a transaction.
 
 use std::collections::HashMap;
 
@@ -167,6 +173,21 @@ impl Write {
         &self.kind
     }
 
+    /// The condition set with [`Write::condition`], if any.
+    pub fn condition_expression(&self) -> Option<&str> {
+        self.condition.as_deref()
+    }
+
+    /// The expression attribute names set with [`Write::name`].
+    pub fn expression_names(&self) -> &HashMap<String, String> {
+        &self.names
+    }
+
+    /// The expression attribute values set with [`Write::value`].
+    pub fn expression_values(&self) -> &Item {
+        &self.values
+    }
+
     /// Approximate bytes this action adds to the request, by DynamoDB's item
     /// size rules (names + values). Used for the 400 KB and 4 MB limits.
     fn size(&self) -> usize {
@@ -253,7 +274,18 @@ impl Write {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
     writes: Vec<Write>,
-    marker: bool,
+    marker: Marking,
+}
+
+/// How an effect's job is marked done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marking {
+    /// idemq's own marker item, with a TTL, in the idemq table.
+    Separate,
+    /// Effect write `index`, a Put of the job's own item, is the marker.
+    Fused(usize),
+    /// No marker: duplicates are neither detected nor reported.
+    Off,
 }
 
 impl Default for Effect {
@@ -269,39 +301,112 @@ impl Effect {
     pub const fn new() -> Self {
         Self {
             writes: Vec::new(),
-            marker: true,
+            marker: Marking::Separate,
         }
     }
 
+    /// Adds a write.
     pub fn with(mut self, write: Write) -> Self {
         self.writes.push(write);
         self
     }
 
+    /// Adds a write to an effect held by reference.
     pub fn push(&mut self, write: Write) {
         self.writes.push(write);
     }
 
-    /// Commits the writes without a dedup marker. Only for naturally
-    /// idempotent effects (pure upserts: applying them twice leaves the same
-    /// state); duplicates are then neither detected nor reported.
-    pub fn without_marker(mut self) -> Self {
-        self.marker = false;
+    /// Adds `put`, a Put that creates an item belonging to this job, and
+    /// makes it the job's dedup marker: no separate marker item is written.
+    ///
+    /// idemq stores the job id and payload hash in the item (attributes
+    /// named by the table layout, `job_id` and `payload_hash` by default) and
+    /// puts it only if no item with its key exists
+    /// (`attribute_not_exists`). When one does, the stored item decides, as
+    /// for a separate marker: the same job with the same payload is a
+    /// [`Duplicate`](crate::CommitOutcome::Duplicate), with another payload a
+    /// [`Conflict`](crate::CommitOutcome::Conflict); an item that is not
+    /// this job's (no job id, or another's) is a
+    /// [`Rejected`](crate::CommitOutcome::Rejected) with this write's index.
+    ///
+    /// The item is the user's data: it gets no TTL, so the job stays
+    /// deduplicated for as long as the item exists. Its key must therefore
+    /// be derived from the job (the transfer id, the order id) and the item
+    /// never deleted while the job may still be redelivered. `put` must be
+    /// a [`Write::put`] without a condition, names or values (idemq sets the
+    /// condition). An effect whose only write is its marker is committed
+    /// with one conditional `PutItem`, not a transaction (half the write
+    /// units). Calling this again makes the new Put the marker and leaves
+    /// the earlier one a plain Put.
+    ///
+    /// ```
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use idemq::effect::{Effect, Item, Key, Write};
+    /// let amount = AttributeValue::N("25".into());
+    /// let effect = Effect::new()
+    ///     .with(Write::update("bank", Key::string("pk", "account#alice"), "ADD balance :a")
+    ///         .value(":a", amount.clone()))
+    ///     .marked_by(Write::put(
+    ///         "bank",
+    ///         Key::string("pk", "entry#t-1"),
+    ///         Item::from([("amount".to_string(), amount)]),
+    ///     ));
+    /// assert_eq!(effect.len(), 2);
+    /// assert!(effect.uses_marker());
+    /// assert_eq!(effect.fused_marker().map(|w| w.table()), Some("bank"));
+    /// ```
+    pub fn marked_by(mut self, put: Write) -> Self {
+        self.writes.push(put);
+        self.marker = Marking::Fused(self.writes.len() - 1);
         self
     }
 
-    pub fn uses_marker(&self) -> bool {
-        self.marker
+    /// Commits the writes without a dedup marker. Only for naturally
+    /// idempotent effects (pure upserts: applying them twice leaves the same
+    /// state); duplicates are then neither detected nor reported. An effect
+    /// of one unconditional Put, Update or Delete without a marker is
+    /// committed with one standard write, not a transaction.
+    pub fn without_marker(mut self) -> Self {
+        self.marker = Marking::Off;
+        self
     }
 
+    /// Whether the job is deduplicated: by a separate marker item or by a
+    /// [fused](Effect::marked_by) one.
+    pub fn uses_marker(&self) -> bool {
+        self.marker != Marking::Off
+    }
+
+    /// The write that is this job's marker, when [`Effect::marked_by`] made
+    /// one; `None` for a separate marker item or none.
+    pub fn fused_marker(&self) -> Option<&Write> {
+        self.fused_index().map(|i| &self.writes[i])
+    }
+
+    /// The index in [`Effect::writes`] of the fused marker.
+    pub fn fused_index(&self) -> Option<usize> {
+        match self.marker {
+            Marking::Fused(i) => Some(i),
+            Marking::Separate | Marking::Off => None,
+        }
+    }
+
+    /// Whether idemq adds its own marker item to this effect.
+    pub fn uses_separate_marker(&self) -> bool {
+        self.marker == Marking::Separate
+    }
+
+    /// The writes in the order they were added, a fused marker included.
     pub fn writes(&self) -> &[Write] {
         &self.writes
     }
 
+    /// How many writes, a fused marker included (a separate marker not).
     pub fn len(&self) -> usize {
         self.writes.len()
     }
 
+    /// Whether there are no writes.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
@@ -310,7 +415,7 @@ impl Effect {
     /// names the marker's table, key attribute and reserved key prefix: an
     /// effect may not write any key under that prefix in that table.
     pub fn validate(&self, marker: &MarkerSlot<'_>) -> Result<(), EffectError> {
-        let limit = MAX_TRANSACTION_ITEMS - usize::from(self.marker);
+        let limit = MAX_TRANSACTION_ITEMS - usize::from(self.uses_separate_marker());
         if self.writes.len() > limit {
             return Err(EffectError::TooManyWrites {
                 count: self.writes.len(),
@@ -353,7 +458,10 @@ impl Effect {
                     table: w.table.clone(),
                 });
             }
-            let stored = w.stored_size();
+            let mut stored = w.stored_size();
+            if self.fused_index() == Some(index) {
+                stored += marker.check_fused(index, w)?;
+            }
             if stored > MAX_ITEM_BYTES {
                 return Err(EffectError::ItemTooLarge {
                     index,
@@ -373,21 +481,53 @@ impl FromIterator<Write> for Effect {
     fn from_iter<I: IntoIterator<Item = Write>>(iter: I) -> Self {
         Self {
             writes: iter.into_iter().collect(),
-            marker: true,
+            marker: Marking::Separate,
         }
     }
 }
 
-/// Where the dedup markers live, so an effect cannot write over one.
+/// Where the dedup markers live, so an effect cannot write over one, and
+/// what a marker stores.
 #[derive(Debug, Clone, Copy)]
 pub struct MarkerSlot<'a> {
+    /// The idemq table.
     pub table: &'a str,
+    /// Its partition key attribute.
     pub partition_key: &'a str,
     /// Every key idemq writes itself starts with this prefix.
     pub reserved_prefix: &'a str,
+    /// The attribute a marker (separate or fused) stores the job id in.
+    pub job_id: &'a str,
+    /// The attribute a marker stores the payload hash in.
+    pub payload_hash: &'a str,
 }
 
+/// Bytes a fused marker's values add to its item at most: the job id
+/// ([`crate::job::MAX_JOB_ID_BYTES`]) and the payload hash (64 hex digits).
+const FUSED_MARKER_VALUES: usize = crate::job::MAX_JOB_ID_BYTES + 64;
+
 impl MarkerSlot<'_> {
+    /// A fused marker must be a plain Put (idemq owns its condition) whose
+    /// attributes leave room for the job id and hash. Returns the bytes
+    /// the marker attributes add.
+    fn check_fused(&self, index: usize, w: &Write) -> Result<usize, EffectError> {
+        let WriteKind::Put { attributes } = &w.kind else {
+            return Err(EffectError::MarkerNotPut { index });
+        };
+        if w.condition.is_some() || !w.names.is_empty() || !w.values.is_empty() {
+            return Err(EffectError::MarkerCondition { index });
+        }
+        for name in [self.job_id, self.payload_hash] {
+            if attributes.contains_key(name) {
+                return Err(EffectError::MarkerAttribute {
+                    index,
+                    attribute: name.to_owned(),
+                });
+            }
+        }
+        Ok(self.job_id.len() + self.payload_hash.len() + FUSED_MARKER_VALUES)
+    }
+
     /// Whether `write`, in the marker table, would touch an item under the
     /// reserved prefix: by its key, or (a Put) by an attribute carrying the
     /// marker table's partition key. Every kind counts: a Delete or an Update
@@ -452,6 +592,16 @@ pub enum EffectError {
     },
     #[error("effect write {index} targets a key reserved for idemq's markers")]
     MarkerKey { index: usize },
+    #[error("effect write {index} is the job's marker (Effect::marked_by) but not a Put")]
+    MarkerNotPut { index: usize },
+    #[error(
+        "effect write {index} is the job's marker (Effect::marked_by) and has its own condition, names or values; idemq sets its condition"
+    )]
+    MarkerCondition { index: usize },
+    #[error(
+        "effect write {index} is the job's marker (Effect::marked_by) and sets {attribute:?}, where idemq stores the marker's job id or payload hash"
+    )]
+    MarkerAttribute { index: usize, attribute: String },
     #[error(
         "effect write {index} is a Put whose attributes name its key attribute {attribute:?}; the key goes in the Key only"
     )]
@@ -512,6 +662,8 @@ mod tests {
         table: "t",
         partition_key: "pk",
         reserved_prefix: "idemq#",
+        job_id: "job_id",
+        payload_hash: "payload_hash",
     };
 
     fn counter(i: usize) -> Write {
@@ -723,6 +875,64 @@ mod tests {
             e.validate(&SLOT),
             Err(EffectError::EmptyCondition { index: 0 })
         );
+    }
+
+    #[test]
+    fn a_fused_marker_is_a_plain_put_that_leaves_idemqs_attributes_free() {
+        let entry = || Write::put("t", Key::string("pk", "entry#1"), Item::new());
+        let ok = Effect::new().with(counter(0)).marked_by(entry());
+        assert_eq!(ok.validate(&SLOT), Ok(()));
+        assert_eq!(ok.fused_index(), Some(1));
+        assert!(ok.uses_marker() && !ok.uses_separate_marker());
+        // Without a separate marker all 100 transaction slots are the effect's.
+        let full: Effect = (0..99).map(counter).collect();
+        assert_eq!(full.marked_by(entry()).validate(&SLOT), Ok(()));
+
+        let update =
+            Effect::new().marked_by(Write::update("t", Key::string("pk", "e"), "SET a = :a"));
+        assert_eq!(
+            update.validate(&SLOT),
+            Err(EffectError::MarkerNotPut { index: 0 })
+        );
+        let guarded = Effect::new().marked_by(entry().condition("attribute_not_exists(pk)"));
+        assert_eq!(
+            guarded.validate(&SLOT),
+            Err(EffectError::MarkerCondition { index: 0 })
+        );
+        for name in ["job_id", "payload_hash"] {
+            let clash = Effect::new().marked_by(Write::put(
+                "t",
+                Key::string("pk", "entry#1"),
+                Item::from([(name.to_string(), AttributeValue::S("x".into()))]),
+            ));
+            assert_eq!(
+                clash.validate(&SLOT),
+                Err(EffectError::MarkerAttribute {
+                    index: 0,
+                    attribute: name.into()
+                })
+            );
+        }
+        // The marker's attributes count toward the 400 KB item limit.
+        let almost = "x".repeat(MAX_ITEM_BYTES - 40);
+        let big = Item::from([("b".to_string(), AttributeValue::S(almost))]);
+        let plain = Effect::new().with(Write::put("t", Key::string("pk", "e"), big.clone()));
+        assert_eq!(plain.validate(&SLOT), Ok(()));
+        let fused = Effect::new().marked_by(Write::put("t", Key::string("pk", "e"), big));
+        assert!(matches!(
+            fused.validate(&SLOT),
+            Err(EffectError::ItemTooLarge { index: 0, .. })
+        ));
+        // A fused marker in the reserved key space is still refused.
+        let reserved =
+            Effect::new().marked_by(Write::put("t", Key::string("pk", "idemq#x"), Item::new()));
+        assert_eq!(
+            reserved.validate(&SLOT),
+            Err(EffectError::MarkerKey { index: 0 })
+        );
+        // without_marker afterwards turns it off; the Put stays a write.
+        let off = Effect::new().marked_by(entry()).without_marker();
+        assert!(!off.uses_marker() && off.fused_marker().is_none() && off.len() == 1);
     }
 
     #[test]
