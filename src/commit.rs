@@ -46,7 +46,9 @@ pub enum CommitOutcome {
     /// was applied; this is never acknowledged silently.
     Conflict { stored_hash: PayloadHash },
     /// An effect write's own condition failed (the handler's business
-    /// outcome, e.g. insufficient funds). Nothing was applied, no marker left.
+    /// outcome, e.g. insufficient funds), or the item a
+    /// [`marked_by`](Effect::marked_by) write creates exists and is not this
+    /// job's. Nothing was applied, no marker left.
     Rejected { index: usize, reason: String },
     /// Contention, throttling, a timeout or a server error: nothing is known
     /// to be applied, and trying again later is safe.
@@ -714,6 +716,35 @@ mod tests {
             classify_cancellation(&reasons, Plan::NONE),
             Cancellation::Outcome(CommitOutcome::Rejected { index: 0, .. })
         ));
+    }
+
+    /// A fused marker's reason is at its own index, and every index is the
+    /// effect write's own (no separate marker to skip).
+    #[test]
+    fn a_fused_marker_is_read_at_its_index_and_effect_indexes_are_unshifted() {
+        let item = Item::from([("pk".to_string(), AttributeValue::S("entry#1".into()))]);
+        let marker = CancellationReason::builder()
+            .code("ConditionalCheckFailed")
+            .set_item(Some(item.clone()))
+            .build();
+        let reasons = [reason("None"), marker, reason("None")];
+        assert_eq!(
+            classify_cancellation(&reasons, Plan::fused(1)),
+            Cancellation::MarkerExists(Some(&item))
+        );
+        let reasons = [
+            reason("None"),
+            reason("None"),
+            reason("ConditionalCheckFailed"),
+        ];
+        assert!(matches!(
+            classify_cancellation(&reasons, Plan::fused(1)),
+            Cancellation::Outcome(CommitOutcome::Rejected { index: 2, .. })
+        ));
+        match classify_cancellation(&[reason("ValidationError")], Plan::fused(0)) {
+            Cancellation::Invalid(why) => assert!(why.starts_with("effect write 0"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
