@@ -44,26 +44,41 @@ pub enum CommitOutcome {
     Duplicate,
     /// The job id was committed before with a *different* payload. Nothing
     /// was applied; this is never acknowledged silently.
-    Conflict { stored_hash: PayloadHash },
+    Conflict {
+        /// The hash of the payload committed first.
+        stored_hash: PayloadHash,
+    },
     /// An effect write's own condition failed (the handler's business
     /// outcome, e.g. insufficient funds), or the item a
     /// [`marked_by`](Effect::marked_by) write creates exists and is not this
     /// job's. Nothing was applied, no marker left.
-    Rejected { index: usize, reason: String },
+    Rejected {
+        /// The index of the write in [`Effect::writes`].
+        index: usize,
+        /// DynamoDB's message, or what the existing item is.
+        reason: String,
+    },
     /// Contention, throttling, a timeout or a server error: nothing is known
     /// to be applied, and trying again later is safe.
-    Transient { reason: String },
+    Transient {
+        /// What happened, for the failure record and the logs.
+        reason: String,
+    },
 }
 
 /// A commit that cannot succeed by being tried again.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
+    /// The effect cannot be committed as it is (found before any I/O).
     #[error("invalid effect: {0}")]
     Effect(#[from] EffectError),
+    /// DynamoDB refused the request as invalid.
     #[error("DynamoDB refused the transaction as invalid: {0}")]
     Invalid(String),
+    /// A table written does not exist.
     #[error("table {0} does not exist")]
     TableNotFound(String),
+    /// Any other error DynamoDB returned.
     #[error("DynamoDB error: {0}")]
     Service(String),
 }
@@ -71,7 +86,9 @@ pub enum CommitError {
 /// The job a commit is for.
 #[derive(Debug, Clone, Copy)]
 pub struct JobRef<'a> {
+    /// The job's id.
     pub id: &'a JobId,
+    /// The hash of the job's payload.
     pub payload_hash: &'a PayloadHash,
     /// The source queue (name or URL), stored in the marker for operators.
     pub queue: &'a str,
@@ -80,10 +97,15 @@ pub struct JobRef<'a> {
 /// A marker as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {
+    /// The job's id.
     pub job_id: String,
+    /// The hash of the payload committed.
     pub payload_hash: PayloadHash,
+    /// When, RFC 3339.
     pub committed_at: String,
+    /// The source queue.
     pub queue: String,
+    /// When DynamoDB's TTL may delete it.
     pub expires_at: SystemTime,
 }
 
@@ -97,6 +119,8 @@ pub struct Committer {
 }
 
 impl Committer {
+    /// A committer writing markers into `layout`'s table, kept for
+    /// `marker_ttl`.
     pub fn new(client: Client, layout: TableLayout, marker_ttl: Duration) -> Self {
         Self {
             client,
@@ -105,6 +129,7 @@ impl Committer {
         }
     }
 
+    /// The idemq table's layout.
     pub fn layout(&self) -> &TableLayout {
         &self.layout
     }
@@ -529,11 +554,11 @@ pub(crate) enum Cancellation<'a> {
 /// on DynamoDB's own wording, since a `ValidationException` has no finer
 /// code:
 /// - "The provided key element does not match the schema" (a key of the
-///   wrong name or type: https://repost.aws/knowledge-center/dynamodb-provided-key-element-error;
+///   wrong name or type: <https://repost.aws/knowledge-center/dynamodb-provided-key-element-error>;
 ///   inside a transaction the cancellation reason `ValidationError`:
-///   https://github.com/paritysuite/dynamodb-conformance/pull/60);
+///   <https://github.com/paritysuite/dynamodb-conformance/pull/60>);
 /// - "One or more parameter values were invalid: Missing the key id in the
-///   item" (a Put without the table's key: https://github.com/aws/aws-sdk-js/issues/4057);
+///   item" (a Put without the table's key: <https://github.com/aws/aws-sdk-js/issues/4057>);
 /// - "One or more parameter values were invalid: Type mismatch for key pk
 ///   expected: S actual: N".
 pub(crate) fn key_schema_attribute(message: &str) -> Option<Option<&str>> {

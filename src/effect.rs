@@ -56,10 +56,12 @@ impl Key {
         self
     }
 
+    /// The value of key attribute `name`.
     pub fn get(&self, name: &str) -> Option<&AttributeValue> {
         self.0.get(name)
     }
 
+    /// The key as an item map (attribute name to value).
     pub fn as_item(&self) -> &Item {
         &self.0
     }
@@ -70,12 +72,15 @@ impl Key {
 pub enum WriteKind {
     /// Replace the whole item with the key plus these attributes.
     Put {
+        /// The item's attributes besides its key.
         attributes: Item,
     },
     /// Apply an update expression (`SET`, `ADD`, `REMOVE`, `DELETE`).
     Update {
+        /// The update expression.
         expression: String,
     },
+    /// Delete the item.
     Delete,
     /// Write nothing; only require the condition to hold.
     ConditionCheck,
@@ -124,11 +129,14 @@ impl Write {
         Self::new(table, key, WriteKind::Put { attributes })
     }
 
+    /// Applies an update expression to the item at `key` (creating it if
+    /// absent, as `UpdateItem` does).
     pub fn update(table: impl Into<String>, key: Key, expression: impl Into<String>) -> Self {
         let expression = expression.into();
         Self::new(table, key, WriteKind::Update { expression })
     }
 
+    /// Deletes the item at `key`.
     pub fn delete(table: impl Into<String>, key: Key) -> Self {
         Self::new(table, key, WriteKind::Delete)
     }
@@ -161,14 +169,17 @@ impl Write {
         self
     }
 
+    /// The table written, as given (a name or an ARN).
     pub fn table(&self) -> &str {
         &self.table
     }
 
+    /// The key of the item written.
     pub fn key(&self) -> &Key {
         &self.key
     }
 
+    /// What the write does.
     pub fn kind(&self) -> &WriteKind {
         &self.kind
     }
@@ -383,8 +394,8 @@ impl Effect {
         self.fused_index().map(|i| &self.writes[i])
     }
 
-    /// The index in [`Effect::writes`] of the fused marker.
-    pub fn fused_index(&self) -> Option<usize> {
+    /// The index in `writes` of the fused marker.
+    pub(crate) fn fused_index(&self) -> Option<usize> {
         match self.marker {
             Marking::Fused(i) => Some(i),
             Marking::Separate | Marking::Off => None,
@@ -392,7 +403,7 @@ impl Effect {
     }
 
     /// Whether idemq adds its own marker item to this effect.
-    pub fn uses_separate_marker(&self) -> bool {
+    pub(crate) fn uses_separate_marker(&self) -> bool {
         self.marker == Marking::Separate
     }
 
@@ -533,7 +544,7 @@ impl MarkerSlot<'_> {
     /// marker table's partition key. Every kind counts: a Delete or an Update
     /// of a marker (an Update cannot change key attributes, DynamoDB refuses
     /// that: "You cannot use UpdateItem to update any primary key
-    /// attributes", https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValueUpdate.html)
+    /// attributes", <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValueUpdate.html>)
     /// would erase the job's hash or expiry just the same.
     fn reserves(&self, write: &Write) -> bool {
         let reserved = |v: Option<&AttributeValue>| matches!(v, Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix));
@@ -546,7 +557,7 @@ impl MarkerSlot<'_> {
 /// The table name in `table`, which DynamoDB accepts as a name or as an ARN
 /// (`arn:aws:dynamodb:us-east-1:123456789012:table/NAME`; "You can also
 /// provide the Amazon Resource Name (ARN) of the table in this parameter",
-/// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Update.html).
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Update.html>).
 /// Account and region are not compared: a transaction cannot reach a table
 /// of another account or region (it is cancelled), so within one
 /// transaction the name alone names the table.
@@ -580,44 +591,103 @@ pub fn table_name(table: &str) -> &str {
 /// same job returns the same effect.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EffectError {
+    /// More writes than one transaction holds.
     #[error("effect has {count} writes; at most {limit} fit in one transaction with the marker")]
-    TooManyWrites { count: usize, limit: usize },
+    TooManyWrites {
+        /// The effect's writes.
+        count: usize,
+        /// The most that fit (100, less one for a separate marker).
+        limit: usize,
+    },
     #[error(
         "effect writes {first} and {second} target the same item in table {table}; DynamoDB refuses two actions on one item in a transaction"
     )]
+    /// Two writes on one item.
     SameItemTwice {
+        /// The first write's index.
         first: usize,
+        /// The second write's index.
         second: usize,
+        /// Their table.
         table: String,
     },
+    /// A write on a key reserved for idemq's own items.
     #[error("effect write {index} targets a key reserved for idemq's markers")]
-    MarkerKey { index: usize },
+    MarkerKey {
+        /// The write's index.
+        index: usize,
+    },
     #[error("effect write {index} is the job's marker (Effect::marked_by) but not a Put")]
-    MarkerNotPut { index: usize },
+    /// A [`marked_by`](Effect::marked_by) write that is not a Put.
+    MarkerNotPut {
+        /// The write's index.
+        index: usize,
+    },
     #[error(
         "effect write {index} is the job's marker (Effect::marked_by) and has its own condition, names or values; idemq sets its condition"
     )]
-    MarkerCondition { index: usize },
+    /// A [`marked_by`](Effect::marked_by) write with a condition, names or
+    /// values of its own.
+    MarkerCondition {
+        /// The write's index.
+        index: usize,
+    },
     #[error(
         "effect write {index} is the job's marker (Effect::marked_by) and sets {attribute:?}, where idemq stores the marker's job id or payload hash"
     )]
-    MarkerAttribute { index: usize, attribute: String },
+    /// A [`marked_by`](Effect::marked_by) write that sets an attribute
+    /// idemq stores the job id or payload hash in.
+    MarkerAttribute {
+        /// The write's index.
+        index: usize,
+        /// The attribute.
+        attribute: String,
+    },
     #[error(
         "effect write {index} is a Put whose attributes name its key attribute {attribute:?}; the key goes in the Key only"
     )]
-    KeyInAttributes { index: usize, attribute: String },
+    /// A Put whose attributes name one of its key attributes.
+    KeyInAttributes {
+        /// The write's index.
+        index: usize,
+        /// The key attribute.
+        attribute: String,
+    },
     #[error(
         "effect write {index} stores an item of {bytes} bytes; the DynamoDB limit is {MAX_ITEM_BYTES}"
     )]
-    ItemTooLarge { index: usize, bytes: usize },
+    /// An item over DynamoDB's 400 KB.
+    ItemTooLarge {
+        /// The write's index.
+        index: usize,
+        /// The item's size.
+        bytes: usize,
+    },
     #[error("effect is {bytes} bytes; a transaction may carry at most {MAX_TRANSACTION_BYTES}")]
-    TooLarge { bytes: usize },
+    /// An effect over a transaction's 4 MB.
+    TooLarge {
+        /// The effect's size.
+        bytes: usize,
+    },
     #[error("effect write {index} has an empty table name")]
-    EmptyTable { index: usize },
+    /// A write without a table.
+    EmptyTable {
+        /// The write's index.
+        index: usize,
+    },
     #[error("effect write {index} has an empty key")]
-    EmptyKey { index: usize },
+    /// A write without a key.
+    EmptyKey {
+        /// The write's index.
+        index: usize,
+    },
     #[error("effect write {index} is a condition check without a condition")]
-    EmptyCondition { index: usize },
+    /// A condition check without a condition.
+    EmptyCondition {
+        /// The write's index.
+        index: usize,
+    },
+    /// The SDK refused to build the request.
     #[error("could not build the DynamoDB request: {0}")]
     Build(String),
 }
