@@ -3,7 +3,11 @@
 //! A job is a transfer `{"transfer_id", "account", "amount"}`, sent with
 //! `idemq-job-id = transfer_id`. Its effect credits the account
 //! (`ADD balance :amount` on `account#<account>`) and records a ledger
-//! entry (`entry#<transfer_id>`), committed with the dedup marker.
+//! entry (`entry#<transfer_id>`). The entry belongs to the transfer, so it
+//! *is* the dedup marker ([`Effect::marked_by`]): it carries the job id and
+//! payload hash, and a redelivered transfer finds it and is a duplicate.
+//! Two items a job, committed in one `TransactWriteItems`: no more write
+//! units than a consumer without deduplication.
 //!
 //! - an amount ≤ 0, or a missing field, is a permanent error (DLQ now);
 //! - accounts listed in `LEDGER_FAIL_ACCOUNTS` (comma-separated) simulate a
@@ -82,7 +86,7 @@ impl Handler for Ledger {
                 )
                 .value(":amount", amount),
             )
-            .with(Write::put(
+            .marked_by(Write::put(
                 &self.table,
                 Key::string("pk", format!("entry#{}", t.transfer_id)),
                 entry,

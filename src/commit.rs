@@ -7,8 +7,14 @@
 //! of one job may both run the handler, exactly one transaction commits, and
 //! the other finds the marker and is reported as a [`CommitOutcome::Duplicate`].
 //!
-//! Cancellation reasons are read by index: index 0 is the marker, index
-//! `i + 1` is effect write `i`.
+//! Cancellation reasons are read by index: with a separate marker, index 0
+//! is the marker and index `i + 1` is effect write `i`; with a fused marker
+//! ([`Effect::marked_by`]) or none, index `i` is effect write `i`.
+//!
+//! An effect of one write that needs no transaction (its fused marker alone,
+//! or one unconditional upsert without a marker) is committed with one
+//! standard conditional write instead (the `single` module): half the write
+//! units, the same outcomes.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,8 +28,10 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::config::TableLayout;
-use crate::effect::{Effect, EffectError, Item, MarkerSlot};
+use crate::effect::{Effect, EffectError, Item, MarkerSlot, Write};
 use crate::job::{JobId, PayloadHash};
+
+mod single;
 
 /// What happened to one job's commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,24 +44,41 @@ pub enum CommitOutcome {
     Duplicate,
     /// The job id was committed before with a *different* payload. Nothing
     /// was applied; this is never acknowledged silently.
-    Conflict { stored_hash: PayloadHash },
+    Conflict {
+        /// The hash of the payload committed first.
+        stored_hash: PayloadHash,
+    },
     /// An effect write's own condition failed (the handler's business
-    /// outcome, e.g. insufficient funds). Nothing was applied, no marker left.
-    Rejected { index: usize, reason: String },
+    /// outcome, e.g. insufficient funds), or the item a
+    /// [`marked_by`](Effect::marked_by) write creates exists and is not this
+    /// job's. Nothing was applied, no marker left.
+    Rejected {
+        /// The index of the write in [`Effect::writes`].
+        index: usize,
+        /// DynamoDB's message, or what the existing item is.
+        reason: String,
+    },
     /// Contention, throttling, a timeout or a server error: nothing is known
     /// to be applied, and trying again later is safe.
-    Transient { reason: String },
+    Transient {
+        /// What happened, for the failure record and the logs.
+        reason: String,
+    },
 }
 
 /// A commit that cannot succeed by being tried again.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
+    /// The effect cannot be committed as it is (found before any I/O).
     #[error("invalid effect: {0}")]
     Effect(#[from] EffectError),
+    /// DynamoDB refused the request as invalid.
     #[error("DynamoDB refused the transaction as invalid: {0}")]
     Invalid(String),
+    /// A table written does not exist.
     #[error("table {0} does not exist")]
     TableNotFound(String),
+    /// Any other error DynamoDB returned.
     #[error("DynamoDB error: {0}")]
     Service(String),
 }
@@ -61,7 +86,9 @@ pub enum CommitError {
 /// The job a commit is for.
 #[derive(Debug, Clone, Copy)]
 pub struct JobRef<'a> {
+    /// The job's id.
     pub id: &'a JobId,
+    /// The hash of the job's payload.
     pub payload_hash: &'a PayloadHash,
     /// The source queue (name or URL), stored in the marker for operators.
     pub queue: &'a str,
@@ -70,10 +97,15 @@ pub struct JobRef<'a> {
 /// A marker as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {
+    /// The job's id.
     pub job_id: String,
+    /// The hash of the payload committed.
     pub payload_hash: PayloadHash,
+    /// When, RFC 3339.
     pub committed_at: String,
+    /// The source queue.
     pub queue: String,
+    /// When DynamoDB's TTL may delete it.
     pub expires_at: SystemTime,
 }
 
@@ -87,6 +119,8 @@ pub struct Committer {
 }
 
 impl Committer {
+    /// A committer writing markers into `layout`'s table, kept for
+    /// `marker_ttl`.
     pub fn new(client: Client, layout: TableLayout, marker_ttl: Duration) -> Self {
         Self {
             client,
@@ -95,6 +129,7 @@ impl Committer {
         }
     }
 
+    /// The idemq table's layout.
     pub fn layout(&self) -> &TableLayout {
         &self.layout
     }
@@ -104,24 +139,38 @@ impl Committer {
             table: &self.layout.table_name,
             partition_key: &self.layout.partition_key,
             reserved_prefix: &self.layout.key_prefix,
+            job_id: &self.layout.job_id,
+            payload_hash: &self.layout.payload_hash,
         }
     }
 
-    /// Commits `effect` for `job` in one `TransactWriteItems` (one round
-    /// trip; a second read only when the marker already exists and the
-    /// emulator did not return it with the cancellation).
+    /// Commits `effect` for `job`: one `TransactWriteItems`, or one
+    /// standard write when the effect is a single write that needs no
+    /// transaction (one round trip either way; a second read only when the
+    /// marker already exists and the emulator did not return it with the
+    /// failed condition).
     pub async fn commit(
         &self,
         job: JobRef<'_>,
         effect: &Effect,
     ) -> Result<CommitOutcome, CommitError> {
         effect.validate(&self.slot())?;
+        if let Some(write) = single::eligible(effect) {
+            return self.commit_single(job, effect, write).await;
+        }
+        let plan = Plan::of(effect);
         let mut items = Vec::with_capacity(effect.len() + 1);
-        if effect.uses_marker() {
+        if effect.uses_separate_marker() {
             items.push(self.marker_put(job, crate::clock::now())?);
         }
-        for write in effect.writes() {
-            items.push(write.to_sdk()?);
+        for (index, write) in effect.writes().iter().enumerate() {
+            items.push(if effect.fused_index() == Some(index) {
+                TransactWriteItem::builder()
+                    .put(self.fused_put(job, write)?.into_put()?)
+                    .build()
+            } else {
+                write.to_sdk()?
+            });
         }
         if items.is_empty() {
             return Ok(CommitOutcome::Committed);
@@ -147,20 +196,20 @@ impl Committer {
             Some(e) if e.code() == Some("ValidationException") => {
                 let message = e.message().unwrap_or("");
                 if let Some(named) = key_schema_attribute(message) {
-                    return Ok(self.key_schema_mismatch(effect, None, named, message));
+                    return Ok(self.key_schema_mismatch(effect, plan, None, named, message));
                 }
                 return classify_sdk_error(err, &self.layout.table_name);
             }
             _ => return classify_sdk_error(err, &self.layout.table_name),
         };
-        match classify_cancellation(reasons, effect.uses_marker()) {
+        match classify_cancellation(reasons, plan) {
             Cancellation::Outcome(outcome) => Ok(outcome),
             Cancellation::Invalid(why) => Err(CommitError::Invalid(why)),
             Cancellation::KeySchema { index, message } => {
                 let named = key_schema_attribute(&message).flatten();
-                Ok(self.key_schema_mismatch(effect, Some(index), named, &message))
+                Ok(self.key_schema_mismatch(effect, plan, Some(index), named, &message))
             }
-            Cancellation::MarkerExists(item) => Ok(self.compare_marker(job, item).await),
+            Cancellation::MarkerExists(item) => Ok(self.compare_marker(job, effect, item).await),
         }
     }
 
@@ -174,6 +223,7 @@ impl Committer {
     fn key_schema_mismatch(
         &self,
         effect: &Effect,
+        plan: Plan,
         index: Option<usize>,
         named: Option<&str>,
         message: &str,
@@ -192,10 +242,10 @@ impl Committer {
             })
         };
         let lacks_named = |keys: &[String]| named.is_none_or(|n| !keys.iter().any(|k| k == n));
-        let has_marker = effect.uses_marker();
+        let has_marker = effect.uses_separate_marker();
         let (table, keys) = match index {
             Some(0) if has_marker => marker(),
-            Some(i) => write(i - usize::from(has_marker)).unwrap_or_else(marker),
+            Some(i) => write(i - plan.offset).unwrap_or_else(marker),
             // DynamoDB refused the request as a whole without saying which
             // item: every table whose write lacks the attribute it named
             // (all of them when it named none), the marker's first.
@@ -237,45 +287,97 @@ impl Committer {
     /// Duplicate or conflict, by the stored payload hash. A retried
     /// transaction that had in fact committed (an emulator that ignores
     /// `ClientRequestToken`) lands here too, with our own hash: a duplicate.
-    async fn compare_marker(&self, job: JobRef<'_>, returned: Option<&Item>) -> CommitOutcome {
-        let stored = match returned {
-            Some(item) => self.parse_marker(item),
-            None => match self.read_marker(job.id).await {
-                Ok(found) => found,
-                Err(e) => {
-                    return CommitOutcome::Transient {
-                        reason: format!("marker exists but could not be read: {e}"),
-                    };
+    /// `returned` is the marker as DynamoDB returned it with the failed
+    /// condition (`ALL_OLD`); without it the marker is read.
+    async fn compare_marker(
+        &self,
+        job: JobRef<'_>,
+        effect: &Effect,
+        returned: Option<&Item>,
+    ) -> CommitOutcome {
+        let fused = effect.fused_index().zip(effect.fused_marker());
+        let read = match returned {
+            Some(item) => Ok(Some(item.clone())),
+            None => match fused {
+                Some((_, w)) => self.read_item(w.table(), w.key().as_item()).await,
+                None => {
+                    self.read_item(&self.layout.table_name, &self.marker_key(job.id))
+                        .await
                 }
             },
         };
-        match stored {
-            Some(m) if &m.payload_hash == job.payload_hash => CommitOutcome::Duplicate,
-            Some(m) => CommitOutcome::Conflict {
+        let stored = match read {
+            Ok(item) => item,
+            Err(e) => {
+                return CommitOutcome::Transient {
+                    reason: format!("marker exists but could not be read: {e}"),
+                };
+            }
+        };
+        let Some(stored) = stored else {
+            // Expired (or deleted) between the write and the read: the next
+            // try commits.
+            return CommitOutcome::Transient {
+                reason: "marker condition failed but no marker is stored".into(),
+            };
+        };
+        match (self.parse_marker(&stored), fused) {
+            // A fused marker's key is the user's: the item there may be
+            // another job's, or no job's at all. That is the business
+            // outcome of the write, not a duplicate.
+            (m, Some((index, _))) if m.as_ref().is_none_or(|m| m.job_id != job.id.as_str()) => {
+                CommitOutcome::Rejected {
+                    index,
+                    reason: match m {
+                        Some(_) => {
+                            "the item this job's marker creates exists and is another job's marker"
+                                .into()
+                        }
+                        None => {
+                            "the item this job's marker creates exists and is not a job's marker"
+                                .into()
+                        }
+                    },
+                }
+            }
+            (Some(m), _) if &m.payload_hash == job.payload_hash => CommitOutcome::Duplicate,
+            (Some(m), _) => CommitOutcome::Conflict {
                 stored_hash: m.payload_hash,
             },
-            // Expired between the write and the read: the next try commits.
-            None => CommitOutcome::Transient {
-                reason: "marker condition failed but no marker is stored".into(),
+            (None, _) => CommitOutcome::Transient {
+                reason: "marker condition failed but the stored item is no marker".into(),
             },
         }
     }
 
-    /// Reads a job's marker with a consistent read.
-    pub async fn read_marker(&self, job_id: &JobId) -> Result<Option<Marker>, CommitError> {
+    fn marker_key(&self, job_id: &JobId) -> Item {
+        HashMap::from([(
+            self.layout.partition_key.clone(),
+            AttributeValue::S(self.layout.marker_key(job_id.as_str())),
+        )])
+    }
+
+    /// One item, by a consistent read.
+    async fn read_item(&self, table: &str, key: &Item) -> Result<Option<Item>, CommitError> {
         let out = self
             .client
             .get_item()
-            .table_name(&self.layout.table_name)
-            .key(
-                &self.layout.partition_key,
-                AttributeValue::S(self.layout.marker_key(job_id.as_str())),
-            )
+            .table_name(table)
+            .set_key(Some(key.clone()))
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| CommitError::Service(DisplayErrorContext(e).to_string()))?;
-        Ok(out.item().and_then(|item| self.parse_marker(item)))
+        Ok(out.item().cloned())
+    }
+
+    /// Reads a job's separate marker with a consistent read. A fused marker
+    /// is the effect's own item: read it where the effect wrote it.
+    pub async fn read_marker(&self, job_id: &JobId) -> Result<Option<Marker>, CommitError> {
+        let item = self
+            .read_item(&self.layout.table_name, &self.marker_key(job_id))
+            .await?;
+        Ok(item.and_then(|item| self.parse_marker(&item)))
     }
 
     fn parse_marker(&self, item: &Item) -> Option<Marker> {
@@ -334,6 +436,102 @@ impl Committer {
             .map_err(|e| EffectError::Build(e.to_string()))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
+
+    /// `write` as the job's fused marker: its item plus the job id and
+    /// payload hash, put only if no item has its key, and returning the
+    /// item that has it when one does. Validation has checked that `write`
+    /// is a Put without a condition of its own.
+    fn fused_put(&self, job: JobRef<'_>, write: &Write) -> Result<FusedPut, EffectError> {
+        let crate::effect::WriteKind::Put { attributes } = write.kind() else {
+            return Err(EffectError::Build("a fused marker must be a Put".into()));
+        };
+        let mut item = write.key().as_item().clone();
+        item.extend(attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
+        item.insert(
+            self.layout.job_id.clone(),
+            AttributeValue::S(job.id.to_string()),
+        );
+        item.insert(
+            self.layout.payload_hash.clone(),
+            AttributeValue::S(job.payload_hash.to_string()),
+        );
+        // Any key attribute exists exactly when the item does; the
+        // smallest name, so the request is the same on every call.
+        let key_attribute = write
+            .key()
+            .as_item()
+            .keys()
+            .min()
+            .cloned()
+            .ok_or_else(|| EffectError::Build("a fused marker needs a key".into()))?;
+        Ok(FusedPut {
+            table: write.table().to_owned(),
+            item,
+            key_attribute,
+        })
+    }
+}
+
+/// A fused marker's request, for a transaction's `Put` or a `PutItem`.
+struct FusedPut {
+    table: String,
+    item: Item,
+    key_attribute: String,
+}
+
+impl FusedPut {
+    const CONDITION: &'static str = "attribute_not_exists(#idemq_key)";
+    const NAME: &'static str = "#idemq_key";
+
+    fn into_put(self) -> Result<Put, EffectError> {
+        Put::builder()
+            .table_name(self.table)
+            .set_item(Some(self.item))
+            .condition_expression(Self::CONDITION)
+            .expression_attribute_names(Self::NAME, self.key_attribute)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| EffectError::Build(e.to_string()))
+    }
+}
+
+/// Where the marker's and the effect writes' cancellation reasons are in a
+/// transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// The transaction index of the marker, if the effect has one.
+    pub(crate) marker: Option<usize>,
+    /// Effect write `i` is transaction item `i + offset`.
+    pub(crate) offset: usize,
+}
+
+impl Plan {
+    /// idemq's own marker first, then the effect.
+    pub(crate) const SEPARATE: Self = Self {
+        marker: Some(0),
+        offset: 1,
+    };
+    /// The effect alone.
+    pub(crate) const NONE: Self = Self {
+        marker: None,
+        offset: 0,
+    };
+
+    /// Effect write `index` is the marker.
+    pub(crate) const fn fused(index: usize) -> Self {
+        Self {
+            marker: Some(index),
+            offset: 0,
+        }
+    }
+
+    pub(crate) fn of(effect: &Effect) -> Self {
+        match effect.fused_index() {
+            Some(i) => Self::fused(i),
+            None if effect.uses_separate_marker() => Self::SEPARATE,
+            None => Self::NONE,
+        }
+    }
 }
 
 /// What a `TransactionCanceledException` means for this commit.
@@ -356,11 +554,11 @@ pub(crate) enum Cancellation<'a> {
 /// on DynamoDB's own wording, since a `ValidationException` has no finer
 /// code:
 /// - "The provided key element does not match the schema" (a key of the
-///   wrong name or type: https://repost.aws/knowledge-center/dynamodb-provided-key-element-error;
+///   wrong name or type: <https://repost.aws/knowledge-center/dynamodb-provided-key-element-error>;
 ///   inside a transaction the cancellation reason `ValidationError`:
-///   https://github.com/paritysuite/dynamodb-conformance/pull/60);
+///   <https://github.com/paritysuite/dynamodb-conformance/pull/60>);
 /// - "One or more parameter values were invalid: Missing the key id in the
-///   item" (a Put without the table's key: https://github.com/aws/aws-sdk-js/issues/4057);
+///   item" (a Put without the table's key: <https://github.com/aws/aws-sdk-js/issues/4057>);
 /// - "One or more parameter values were invalid: Type mismatch for key pk
 ///   expected: S actual: N".
 pub(crate) fn key_schema_attribute(message: &str) -> Option<Option<&str>> {
@@ -390,16 +588,16 @@ const TRANSIENT_CODES: [&str; 4] = [
 /// into any outcome; only then an effect condition, the business outcome.
 pub(crate) fn classify_cancellation(
     reasons: &[CancellationReason],
-    has_marker: bool,
+    plan: Plan,
 ) -> Cancellation<'_> {
     fn code(r: &CancellationReason) -> &str {
         r.code().unwrap_or("None")
     }
     let message = |r: &CancellationReason| r.message().unwrap_or("").to_owned();
-    let effect_index = |i: usize| i - usize::from(has_marker);
+    let effect_index = |i: usize| i - plan.offset;
 
-    if has_marker
-        && let Some(marker) = reasons.first()
+    if let Some(at) = plan.marker
+        && let Some(marker) = reasons.get(at)
         && code(marker) == "ConditionalCheckFailed"
     {
         return Cancellation::MarkerExists(marker.item());
@@ -417,7 +615,7 @@ pub(crate) fn classify_cancellation(
     if let Some((i, r)) =
         find(&|c| c == "ValidationError" || c == "ItemCollectionSizeLimitExceeded")
     {
-        let what = if has_marker && i == 0 {
+        let what = if plan == Plan::SEPARATE && i == 0 {
             "the marker".to_owned()
         } else {
             format!("effect write {}", effect_index(i))
@@ -441,14 +639,36 @@ pub(crate) fn classify_cancellation(
     })
 }
 
-/// Any other error of `TransactWriteItems`: throttling, server errors,
-/// timeouts and lost connections are transient (the marker makes a retry
-/// safe even if the request was applied); the rest need a person.
-fn classify_sdk_error(
-    err: SdkError<TransactWriteItemsError>,
+/// The errors of DynamoDB's write operations, classified alike by their
+/// generated `is_*` methods.
+trait WriteError: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {
+    /// Throttling, contention or a server-side failure: a retry may succeed.
+    fn is_transient(&self) -> bool;
+    fn is_table_missing(&self) -> bool;
+}
+
+impl WriteError for TransactWriteItemsError {
+    fn is_transient(&self) -> bool {
+        self.is_provisioned_throughput_exceeded_exception()
+            || self.is_request_limit_exceeded()
+            || self.is_throttling_exception()
+            || self.is_internal_server_error()
+            || self.is_transaction_in_progress_exception()
+    }
+
+    fn is_table_missing(&self) -> bool {
+        self.is_resource_not_found_exception()
+    }
+}
+
+/// Any other error of a write: throttling, server errors, timeouts and lost
+/// connections are transient (the marker makes a retry safe even if the
+/// request was applied); the rest need a person.
+fn classify_sdk_error<E: WriteError>(
+    err: SdkError<E>,
     table: &str,
 ) -> Result<CommitOutcome, CommitError> {
-    let transient = |err: &SdkError<TransactWriteItemsError>| CommitOutcome::Transient {
+    let transient = |err: &SdkError<E>| CommitOutcome::Transient {
         reason: DisplayErrorContext(err).to_string(),
     };
     match &err {
@@ -457,15 +677,9 @@ fn classify_sdk_error(
         }
         SdkError::ServiceError(ctx) => {
             let e = ctx.err();
-            if e.is_provisioned_throughput_exceeded_exception()
-                || e.is_request_limit_exceeded()
-                || e.is_throttling_exception()
-                || e.is_internal_server_error()
-                || e.is_transaction_in_progress_exception()
-                || ctx.raw().status().is_server_error()
-            {
+            if e.is_transient() || ctx.raw().status().is_server_error() {
                 Ok(transient(&err))
-            } else if e.is_resource_not_found_exception() {
+            } else if e.is_table_missing() {
                 Err(CommitError::TableNotFound(table.to_owned()))
             } else if e.code() == Some("ValidationException") {
                 Err(CommitError::Invalid(e.message().unwrap_or("").to_owned()))
@@ -497,12 +711,12 @@ mod tests {
             .build();
         let reasons = [marker, reason("TransactionConflict")];
         assert_eq!(
-            classify_cancellation(&reasons, true),
+            classify_cancellation(&reasons, Plan::SEPARATE),
             Cancellation::MarkerExists(Some(&item))
         );
         let without_item = [reason("ConditionalCheckFailed"), reason("None")];
         assert_eq!(
-            classify_cancellation(&without_item, true),
+            classify_cancellation(&without_item, Plan::SEPARATE),
             Cancellation::MarkerExists(None)
         );
     }
@@ -515,7 +729,7 @@ mod tests {
             reason("ConditionalCheckFailed"),
         ];
         assert_eq!(
-            classify_cancellation(&reasons, true),
+            classify_cancellation(&reasons, Plan::SEPARATE),
             Cancellation::Outcome(CommitOutcome::Rejected {
                 index: 1,
                 reason: "ConditionalCheckFailed happened".into()
@@ -524,9 +738,38 @@ mod tests {
         // Without a marker, reason i is effect write i; index 0 is not the marker.
         let reasons = [reason("ConditionalCheckFailed"), reason("None")];
         assert!(matches!(
-            classify_cancellation(&reasons, false),
+            classify_cancellation(&reasons, Plan::NONE),
             Cancellation::Outcome(CommitOutcome::Rejected { index: 0, .. })
         ));
+    }
+
+    /// A fused marker's reason is at its own index, and every index is the
+    /// effect write's own (no separate marker to skip).
+    #[test]
+    fn a_fused_marker_is_read_at_its_index_and_effect_indexes_are_unshifted() {
+        let item = Item::from([("pk".to_string(), AttributeValue::S("entry#1".into()))]);
+        let marker = CancellationReason::builder()
+            .code("ConditionalCheckFailed")
+            .set_item(Some(item.clone()))
+            .build();
+        let reasons = [reason("None"), marker, reason("None")];
+        assert_eq!(
+            classify_cancellation(&reasons, Plan::fused(1)),
+            Cancellation::MarkerExists(Some(&item))
+        );
+        let reasons = [
+            reason("None"),
+            reason("None"),
+            reason("ConditionalCheckFailed"),
+        ];
+        assert!(matches!(
+            classify_cancellation(&reasons, Plan::fused(1)),
+            Cancellation::Outcome(CommitOutcome::Rejected { index: 2, .. })
+        ));
+        match classify_cancellation(&[reason("ValidationError")], Plan::fused(0)) {
+            Cancellation::Invalid(why) => assert!(why.starts_with("effect write 0"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -537,7 +780,7 @@ mod tests {
                 reason("ConditionalCheckFailed"),
                 reason(code),
             ];
-            match classify_cancellation(&reasons, true) {
+            match classify_cancellation(&reasons, Plan::SEPARATE) {
                 Cancellation::Outcome(CommitOutcome::Transient { reason }) => {
                     assert!(reason.contains(code), "{reason}")
                 }
@@ -553,13 +796,13 @@ mod tests {
             reason("TransactionConflict"),
             reason("ValidationError"),
         ];
-        match classify_cancellation(&reasons, true) {
+        match classify_cancellation(&reasons, Plan::SEPARATE) {
             Cancellation::Invalid(why) => {
                 assert!(why.starts_with("effect write 1: ValidationError"), "{why}")
             }
             other => panic!("{other:?}"),
         }
-        match classify_cancellation(&[reason("ValidationError")], true) {
+        match classify_cancellation(&[reason("ValidationError")], Plan::SEPARATE) {
             Cancellation::Invalid(why) => assert!(why.starts_with("the marker"), "{why}"),
             other => panic!("{other:?}"),
         }
@@ -593,7 +836,7 @@ mod tests {
                 .build(),
         ];
         assert!(matches!(
-            classify_cancellation(&reasons, true),
+            classify_cancellation(&reasons, Plan::SEPARATE),
             Cancellation::KeySchema { index: 1, .. }
         ));
     }
@@ -602,7 +845,7 @@ mod tests {
     fn unknown_or_missing_reasons_are_transient() {
         for reasons in [vec![], vec![reason("None")], vec![reason("SomethingNew")]] {
             assert!(matches!(
-                classify_cancellation(&reasons, true),
+                classify_cancellation(&reasons, Plan::SEPARATE),
                 Cancellation::Outcome(CommitOutcome::Transient { .. })
             ));
         }

@@ -5,6 +5,12 @@
 //! `TransactWriteItems`, so the job is either done (marker and effect) or not
 //! done at all. Everything DynamoDB would refuse for shape or size is refused
 //! here first, before any I/O, with an error that says which write is wrong.
+//!
+//! The marker is a separate item by default. When the effect creates an item
+//! that belongs to the job (a ledger entry, an order row, a "receipt sent"
+//! record), [`Effect::marked_by`] makes that item the marker instead: one item
+//! fewer per job, and an effect of that one item alone is committed with a
+//! single conditional `PutItem` instead of a transaction.
 
 use std::collections::HashMap;
 
@@ -50,10 +56,12 @@ impl Key {
         self
     }
 
+    /// The value of key attribute `name`.
     pub fn get(&self, name: &str) -> Option<&AttributeValue> {
         self.0.get(name)
     }
 
+    /// The key as an item map (attribute name to value).
     pub fn as_item(&self) -> &Item {
         &self.0
     }
@@ -64,12 +72,15 @@ impl Key {
 pub enum WriteKind {
     /// Replace the whole item with the key plus these attributes.
     Put {
+        /// The item's attributes besides its key.
         attributes: Item,
     },
     /// Apply an update expression (`SET`, `ADD`, `REMOVE`, `DELETE`).
     Update {
+        /// The update expression.
         expression: String,
     },
+    /// Delete the item.
     Delete,
     /// Write nothing; only require the condition to hold.
     ConditionCheck,
@@ -119,11 +130,14 @@ impl Write {
         Self::new(table, key, WriteKind::Put { attributes })
     }
 
+    /// Applies an update expression to the item at `key` (creating it if
+    /// absent, as `UpdateItem` does).
     pub fn update(table: impl Into<String>, key: Key, expression: impl Into<String>) -> Self {
         let expression = expression.into();
         Self::new(table, key, WriteKind::Update { expression })
     }
 
+    /// Deletes the item at `key`.
     pub fn delete(table: impl Into<String>, key: Key) -> Self {
         Self::new(table, key, WriteKind::Delete)
     }
@@ -156,16 +170,34 @@ impl Write {
         self
     }
 
+    /// The table written, as given (a name or an ARN).
     pub fn table(&self) -> &str {
         &self.table
     }
 
+    /// The key of the item written.
     pub fn key(&self) -> &Key {
         &self.key
     }
 
+    /// What the write does.
     pub fn kind(&self) -> &WriteKind {
         &self.kind
+    }
+
+    /// The condition set with [`Write::condition`], if any.
+    pub fn condition_expression(&self) -> Option<&str> {
+        self.condition.as_deref()
+    }
+
+    /// The expression attribute names set with [`Write::name`].
+    pub fn expression_names(&self) -> &HashMap<String, String> {
+        &self.names
+    }
+
+    /// The expression attribute values set with [`Write::value`].
+    pub fn expression_values(&self) -> &Item {
+        &self.values
     }
 
     /// Approximate bytes this action adds to the request, by DynamoDB's item
@@ -254,7 +286,18 @@ impl Write {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
     writes: Vec<Write>,
-    marker: bool,
+    marker: Marking,
+}
+
+/// How an effect's job is marked done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marking {
+    /// idemq's own marker item, with a TTL, in the idemq table.
+    Separate,
+    /// Effect write `index`, a Put of the job's own item, is the marker.
+    Fused(usize),
+    /// No marker: duplicates are neither detected nor reported.
+    Off,
 }
 
 impl Default for Effect {
@@ -270,39 +313,112 @@ impl Effect {
     pub const fn new() -> Self {
         Self {
             writes: Vec::new(),
-            marker: true,
+            marker: Marking::Separate,
         }
     }
 
+    /// Adds a write.
     pub fn with(mut self, write: Write) -> Self {
         self.writes.push(write);
         self
     }
 
+    /// Adds a write to an effect held by reference.
     pub fn push(&mut self, write: Write) {
         self.writes.push(write);
     }
 
-    /// Commits the writes without a dedup marker. Only for naturally
-    /// idempotent effects (pure upserts: applying them twice leaves the same
-    /// state); duplicates are then neither detected nor reported.
-    pub fn without_marker(mut self) -> Self {
-        self.marker = false;
+    /// Adds `put`, a Put that creates an item belonging to this job, and
+    /// makes it the job's dedup marker: no separate marker item is written.
+    ///
+    /// idemq stores the job id and payload hash in the item (attributes
+    /// named by the table layout, `job_id` and `payload_hash` by default) and
+    /// puts it only if no item with its key exists
+    /// (`attribute_not_exists`). When one does, the stored item decides, as
+    /// for a separate marker: the same job with the same payload is a
+    /// [`Duplicate`](crate::CommitOutcome::Duplicate), with another payload a
+    /// [`Conflict`](crate::CommitOutcome::Conflict); an item that is not
+    /// this job's (no job id, or another's) is a
+    /// [`Rejected`](crate::CommitOutcome::Rejected) with this write's index.
+    ///
+    /// The item is the user's data: it gets no TTL, so the job stays
+    /// deduplicated for as long as the item exists. Its key must therefore
+    /// be derived from the job (the transfer id, the order id) and the item
+    /// never deleted while the job may still be redelivered. `put` must be
+    /// a [`Write::put`] without a condition, names or values (idemq sets the
+    /// condition). An effect whose only write is its marker is committed
+    /// with one conditional `PutItem`, not a transaction (half the write
+    /// units). Calling this again makes the new Put the marker and leaves
+    /// the earlier one a plain Put.
+    ///
+    /// ```
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use idemq::effect::{Effect, Item, Key, Write};
+    /// let amount = AttributeValue::N("25".into());
+    /// let effect = Effect::new()
+    ///     .with(Write::update("bank", Key::string("pk", "account#alice"), "ADD balance :a")
+    ///         .value(":a", amount.clone()))
+    ///     .marked_by(Write::put(
+    ///         "bank",
+    ///         Key::string("pk", "entry#t-1"),
+    ///         Item::from([("amount".to_string(), amount)]),
+    ///     ));
+    /// assert_eq!(effect.len(), 2);
+    /// assert!(effect.uses_marker());
+    /// assert_eq!(effect.fused_marker().map(|w| w.table()), Some("bank"));
+    /// ```
+    pub fn marked_by(mut self, put: Write) -> Self {
+        self.writes.push(put);
+        self.marker = Marking::Fused(self.writes.len() - 1);
         self
     }
 
-    pub fn uses_marker(&self) -> bool {
-        self.marker
+    /// Commits the writes without a dedup marker. Only for naturally
+    /// idempotent effects (pure upserts: applying them twice leaves the same
+    /// state); duplicates are then neither detected nor reported. An effect
+    /// of one unconditional Put, Update or Delete without a marker is
+    /// committed with one standard write, not a transaction.
+    pub fn without_marker(mut self) -> Self {
+        self.marker = Marking::Off;
+        self
     }
 
+    /// Whether the job is deduplicated: by a separate marker item or by a
+    /// [fused](Effect::marked_by) one.
+    pub fn uses_marker(&self) -> bool {
+        self.marker != Marking::Off
+    }
+
+    /// The write that is this job's marker, when [`Effect::marked_by`] made
+    /// one; `None` for a separate marker item or none.
+    pub fn fused_marker(&self) -> Option<&Write> {
+        self.fused_index().map(|i| &self.writes[i])
+    }
+
+    /// The index in `writes` of the fused marker.
+    pub(crate) fn fused_index(&self) -> Option<usize> {
+        match self.marker {
+            Marking::Fused(i) => Some(i),
+            Marking::Separate | Marking::Off => None,
+        }
+    }
+
+    /// Whether idemq adds its own marker item to this effect.
+    pub(crate) fn uses_separate_marker(&self) -> bool {
+        self.marker == Marking::Separate
+    }
+
+    /// The writes in the order they were added, a fused marker included.
     pub fn writes(&self) -> &[Write] {
         &self.writes
     }
 
+    /// How many writes, a fused marker included (a separate marker not).
     pub fn len(&self) -> usize {
         self.writes.len()
     }
 
+    /// Whether there are no writes.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
@@ -311,7 +427,7 @@ impl Effect {
     /// names the marker's table, key attribute and reserved key prefix: an
     /// effect may not write any key under that prefix in that table.
     pub fn validate(&self, marker: &MarkerSlot<'_>) -> Result<(), EffectError> {
-        let limit = MAX_TRANSACTION_ITEMS - usize::from(self.marker);
+        let limit = MAX_TRANSACTION_ITEMS - usize::from(self.uses_separate_marker());
         if self.writes.len() > limit {
             return Err(EffectError::TooManyWrites {
                 count: self.writes.len(),
@@ -354,7 +470,10 @@ impl Effect {
                     table: w.table.clone(),
                 });
             }
-            let stored = w.stored_size();
+            let mut stored = w.stored_size();
+            if self.fused_index() == Some(index) {
+                stored += marker.check_fused(index, w)?;
+            }
             if stored > MAX_ITEM_BYTES {
                 return Err(EffectError::ItemTooLarge {
                     index,
@@ -374,27 +493,59 @@ impl FromIterator<Write> for Effect {
     fn from_iter<I: IntoIterator<Item = Write>>(iter: I) -> Self {
         Self {
             writes: iter.into_iter().collect(),
-            marker: true,
+            marker: Marking::Separate,
         }
     }
 }
 
-/// Where the dedup markers live, so an effect cannot write over one.
+/// Where the dedup markers live, so an effect cannot write over one, and
+/// what a marker stores.
 #[derive(Debug, Clone, Copy)]
 pub struct MarkerSlot<'a> {
+    /// The idemq table.
     pub table: &'a str,
+    /// Its partition key attribute.
     pub partition_key: &'a str,
     /// Every key idemq writes itself starts with this prefix.
     pub reserved_prefix: &'a str,
+    /// The attribute a marker (separate or fused) stores the job id in.
+    pub job_id: &'a str,
+    /// The attribute a marker stores the payload hash in.
+    pub payload_hash: &'a str,
 }
 
+/// Bytes a fused marker's values add to its item at most: the job id
+/// ([`crate::job::MAX_JOB_ID_BYTES`]) and the payload hash (64 hex digits).
+const FUSED_MARKER_VALUES: usize = crate::job::MAX_JOB_ID_BYTES + 64;
+
 impl MarkerSlot<'_> {
+    /// A fused marker must be a plain Put (idemq owns its condition) whose
+    /// attributes leave room for the job id and hash. Returns the bytes
+    /// the marker attributes add.
+    fn check_fused(&self, index: usize, w: &Write) -> Result<usize, EffectError> {
+        let WriteKind::Put { attributes } = &w.kind else {
+            return Err(EffectError::MarkerNotPut { index });
+        };
+        if w.condition.is_some() || !w.names.is_empty() || !w.values.is_empty() {
+            return Err(EffectError::MarkerCondition { index });
+        }
+        for name in [self.job_id, self.payload_hash] {
+            if attributes.contains_key(name) {
+                return Err(EffectError::MarkerAttribute {
+                    index,
+                    attribute: name.to_owned(),
+                });
+            }
+        }
+        Ok(self.job_id.len() + self.payload_hash.len() + FUSED_MARKER_VALUES)
+    }
+
     /// Whether `write`, in the marker table, would touch an item under the
     /// reserved prefix: by its key, or (a Put) by an attribute carrying the
     /// marker table's partition key. Every kind counts: a Delete or an Update
     /// of a marker (an Update cannot change key attributes, DynamoDB refuses
     /// that: "You cannot use UpdateItem to update any primary key
-    /// attributes", https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValueUpdate.html)
+    /// attributes", <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValueUpdate.html>)
     /// would erase the job's hash or expiry just the same.
     fn reserves(&self, write: &Write) -> bool {
         let reserved = |v: Option<&AttributeValue>| matches!(v, Some(AttributeValue::S(pk)) if pk.starts_with(self.reserved_prefix));
@@ -407,7 +558,7 @@ impl MarkerSlot<'_> {
 /// The table name in `table`, which DynamoDB accepts as a name or as an ARN
 /// (`arn:aws:dynamodb:us-east-1:123456789012:table/NAME`; "You can also
 /// provide the Amazon Resource Name (ARN) of the table in this parameter",
-/// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Update.html).
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Update.html>).
 /// Account and region are not compared: a transaction cannot reach a table
 /// of another account or region (it is cancelled), so within one
 /// transaction the name alone names the table.
@@ -441,34 +592,103 @@ pub fn table_name(table: &str) -> &str {
 /// same job returns the same effect.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EffectError {
+    /// More writes than one transaction holds.
     #[error("effect has {count} writes; at most {limit} fit in one transaction with the marker")]
-    TooManyWrites { count: usize, limit: usize },
+    TooManyWrites {
+        /// The effect's writes.
+        count: usize,
+        /// The most that fit (100, less one for a separate marker).
+        limit: usize,
+    },
     #[error(
         "effect writes {first} and {second} target the same item in table {table}; DynamoDB refuses two actions on one item in a transaction"
     )]
+    /// Two writes on one item.
     SameItemTwice {
+        /// The first write's index.
         first: usize,
+        /// The second write's index.
         second: usize,
+        /// Their table.
         table: String,
     },
+    /// A write on a key reserved for idemq's own items.
     #[error("effect write {index} targets a key reserved for idemq's markers")]
-    MarkerKey { index: usize },
+    MarkerKey {
+        /// The write's index.
+        index: usize,
+    },
+    #[error("effect write {index} is the job's marker (Effect::marked_by) but not a Put")]
+    /// A [`marked_by`](Effect::marked_by) write that is not a Put.
+    MarkerNotPut {
+        /// The write's index.
+        index: usize,
+    },
+    #[error(
+        "effect write {index} is the job's marker (Effect::marked_by) and has its own condition, names or values; idemq sets its condition"
+    )]
+    /// A [`marked_by`](Effect::marked_by) write with a condition, names or
+    /// values of its own.
+    MarkerCondition {
+        /// The write's index.
+        index: usize,
+    },
+    #[error(
+        "effect write {index} is the job's marker (Effect::marked_by) and sets {attribute:?}, where idemq stores the marker's job id or payload hash"
+    )]
+    /// A [`marked_by`](Effect::marked_by) write that sets an attribute
+    /// idemq stores the job id or payload hash in.
+    MarkerAttribute {
+        /// The write's index.
+        index: usize,
+        /// The attribute.
+        attribute: String,
+    },
     #[error(
         "effect write {index} is a Put whose attributes name its key attribute {attribute:?}; the key goes in the Key only"
     )]
-    KeyInAttributes { index: usize, attribute: String },
+    /// A Put whose attributes name one of its key attributes.
+    KeyInAttributes {
+        /// The write's index.
+        index: usize,
+        /// The key attribute.
+        attribute: String,
+    },
     #[error(
         "effect write {index} stores an item of {bytes} bytes; the DynamoDB limit is {MAX_ITEM_BYTES}"
     )]
-    ItemTooLarge { index: usize, bytes: usize },
+    /// An item over DynamoDB's 400 KB.
+    ItemTooLarge {
+        /// The write's index.
+        index: usize,
+        /// The item's size.
+        bytes: usize,
+    },
     #[error("effect is {bytes} bytes; a transaction may carry at most {MAX_TRANSACTION_BYTES}")]
-    TooLarge { bytes: usize },
+    /// An effect over a transaction's 4 MB.
+    TooLarge {
+        /// The effect's size.
+        bytes: usize,
+    },
     #[error("effect write {index} has an empty table name")]
-    EmptyTable { index: usize },
+    /// A write without a table.
+    EmptyTable {
+        /// The write's index.
+        index: usize,
+    },
     #[error("effect write {index} has an empty key")]
-    EmptyKey { index: usize },
+    /// A write without a key.
+    EmptyKey {
+        /// The write's index.
+        index: usize,
+    },
     #[error("effect write {index} is a condition check without a condition")]
-    EmptyCondition { index: usize },
+    /// A condition check without a condition.
+    EmptyCondition {
+        /// The write's index.
+        index: usize,
+    },
+    /// The SDK refused to build the request.
     #[error("could not build the DynamoDB request: {0}")]
     Build(String),
 }
@@ -513,6 +733,8 @@ mod tests {
         table: "t",
         partition_key: "pk",
         reserved_prefix: "idemq#",
+        job_id: "job_id",
+        payload_hash: "payload_hash",
     };
 
     fn counter(i: usize) -> Write {
@@ -724,6 +946,64 @@ mod tests {
             e.validate(&SLOT),
             Err(EffectError::EmptyCondition { index: 0 })
         );
+    }
+
+    #[test]
+    fn a_fused_marker_is_a_plain_put_that_leaves_idemqs_attributes_free() {
+        let entry = || Write::put("t", Key::string("pk", "entry#1"), Item::new());
+        let ok = Effect::new().with(counter(0)).marked_by(entry());
+        assert_eq!(ok.validate(&SLOT), Ok(()));
+        assert_eq!(ok.fused_index(), Some(1));
+        assert!(ok.uses_marker() && !ok.uses_separate_marker());
+        // Without a separate marker all 100 transaction slots are the effect's.
+        let full: Effect = (0..99).map(counter).collect();
+        assert_eq!(full.marked_by(entry()).validate(&SLOT), Ok(()));
+
+        let update =
+            Effect::new().marked_by(Write::update("t", Key::string("pk", "e"), "SET a = :a"));
+        assert_eq!(
+            update.validate(&SLOT),
+            Err(EffectError::MarkerNotPut { index: 0 })
+        );
+        let guarded = Effect::new().marked_by(entry().condition("attribute_not_exists(pk)"));
+        assert_eq!(
+            guarded.validate(&SLOT),
+            Err(EffectError::MarkerCondition { index: 0 })
+        );
+        for name in ["job_id", "payload_hash"] {
+            let clash = Effect::new().marked_by(Write::put(
+                "t",
+                Key::string("pk", "entry#1"),
+                Item::from([(name.to_string(), AttributeValue::S("x".into()))]),
+            ));
+            assert_eq!(
+                clash.validate(&SLOT),
+                Err(EffectError::MarkerAttribute {
+                    index: 0,
+                    attribute: name.into()
+                })
+            );
+        }
+        // The marker's attributes count toward the 400 KB item limit.
+        let almost = "x".repeat(MAX_ITEM_BYTES - 40);
+        let big = Item::from([("b".to_string(), AttributeValue::S(almost))]);
+        let plain = Effect::new().with(Write::put("t", Key::string("pk", "e"), big.clone()));
+        assert_eq!(plain.validate(&SLOT), Ok(()));
+        let fused = Effect::new().marked_by(Write::put("t", Key::string("pk", "e"), big));
+        assert!(matches!(
+            fused.validate(&SLOT),
+            Err(EffectError::ItemTooLarge { index: 0, .. })
+        ));
+        // A fused marker in the reserved key space is still refused.
+        let reserved =
+            Effect::new().marked_by(Write::put("t", Key::string("pk", "idemq#x"), Item::new()));
+        assert_eq!(
+            reserved.validate(&SLOT),
+            Err(EffectError::MarkerKey { index: 0 })
+        );
+        // without_marker afterwards turns it off; the Put stays a write.
+        let off = Effect::new().marked_by(entry()).without_marker();
+        assert!(!off.uses_marker() && off.fused_marker().is_none() && off.len() == 1);
     }
 
     #[test]

@@ -383,3 +383,439 @@ async fn other_validation_exceptions_stay_permanent() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The fused marker (Effect::marked_by) and the single-write path (issue 15).
+// ---------------------------------------------------------------------------
+
+use aws_sdk_dynamodb::operation::put_item::{PutItemError, PutItemOutput};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+use aws_sdk_dynamodb::types::error::{
+    ConditionalCheckFailedException, TransactionConflictException,
+};
+
+const BANK: &str = "bank";
+
+fn entry_put(id: &str) -> Write {
+    Write::put(
+        BANK,
+        Key::string("pk", format!("entry#{id}")),
+        Item::from([("amount".to_string(), AttributeValue::N("25".into()))]),
+    )
+}
+
+/// The ledger's shape: credit the account, and the entry is the marker.
+fn ledger_effect() -> Effect {
+    Effect::new()
+        .with(
+            Write::update(BANK, Key::string("pk", "account#a"), "ADD balance :n")
+                .value(":n", AttributeValue::N("25".into())),
+        )
+        .marked_by(entry_put("j-1"))
+}
+
+/// A one-item job: the entry alone, which is its marker.
+fn entry_effect() -> Effect {
+    Effect::new().marked_by(entry_put("j-1"))
+}
+
+/// The entry as stored by job `job` with payload `body`.
+fn stored_entry(job: Option<&str>, body: &[u8]) -> Item {
+    let mut item = Item::from([
+        ("pk".to_string(), AttributeValue::S("entry#j-1".into())),
+        ("amount".to_string(), AttributeValue::N("25".into())),
+    ]);
+    if let Some(job) = job {
+        item.insert("job_id".into(), AttributeValue::S(job.into()));
+        item.insert(
+            "payload_hash".into(),
+            AttributeValue::S(PayloadHash::of(body).to_string()),
+        );
+    }
+    item
+}
+
+async fn commit_effect(
+    c: &Committer,
+    body: &[u8],
+    effect: &Effect,
+) -> Result<CommitOutcome, CommitError> {
+    let id = JobId::new("j-1").unwrap();
+    let hash = PayloadHash::of(body);
+    let job = JobRef {
+        id: &id,
+        payload_hash: &hash,
+        queue: "q",
+    };
+    c.commit(job, effect).await
+}
+
+/// Whether `item` is the entry carrying job j-1's id and `body`'s hash, with
+/// no TTL (it is the user's data) and idemq's condition on its key.
+fn is_fused_entry(
+    item: &std::collections::HashMap<String, AttributeValue>,
+    condition: Option<&str>,
+    names: Option<&std::collections::HashMap<String, String>>,
+    body: &[u8],
+) -> bool {
+    item.get("pk") == Some(&AttributeValue::S("entry#j-1".into()))
+        && item.get("job_id") == Some(&AttributeValue::S("j-1".into()))
+        && item.get("payload_hash") == Some(&AttributeValue::S(PayloadHash::of(body).to_string()))
+        && item.get("amount") == Some(&AttributeValue::N("25".into()))
+        && !item.contains_key("expires_at")
+        && condition == Some("attribute_not_exists(#idemq_key)")
+        && names.is_some_and(|n| n.get("#idemq_key").map(String::as_str) == Some("pk"))
+}
+
+#[tokio::test]
+async fn fused_marker_is_the_entry_in_a_two_item_transaction_without_a_marker_item() {
+    let rule = mock!(Client::transact_write_items)
+        .match_requests(|req| {
+            let items = req.transact_items();
+            items.len() == 2
+                && items[0]
+                    .update()
+                    .is_some_and(|u| u.update_expression() == "ADD balance :n")
+                && items[1].put().is_some_and(|p| {
+                    is_fused_entry(
+                        p.item(),
+                        p.condition_expression(),
+                        p.expression_attribute_names(),
+                        b"body",
+                    ) && p.return_values_on_condition_check_failure()
+                        == Some(&ReturnValuesOnConditionCheckFailure::AllOld)
+                })
+                && !items
+                    .iter()
+                    .any(|i| i.put().is_some_and(|p| p.table_name() == TABLE))
+        })
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let c = committer(client(&[&rule]));
+    assert_eq!(
+        commit_effect(&c, b"body", &ledger_effect()).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    assert_eq!(rule.num_calls(), 1);
+}
+
+/// The fused marker's cancellation reason is at its own index (1 here), and
+/// the item it returns decides: this job with this payload is a duplicate,
+/// with another payload a conflict, anything else a rejection of that write.
+#[tokio::test]
+async fn fused_marker_in_a_transaction_duplicate_conflict_and_foreign_item() {
+    let get = mock!(Client::get_item).then_output(|| GetItemOutput::builder().build());
+    for (stored, body, expected) in [
+        (
+            stored_entry(Some("j-1"), b"body"),
+            &b"body"[..],
+            CommitOutcome::Duplicate,
+        ),
+        (
+            stored_entry(Some("j-1"), b"body"),
+            b"other",
+            CommitOutcome::Conflict {
+                stored_hash: PayloadHash::of(b"body"),
+            },
+        ),
+    ] {
+        let rule = mock!(Client::transact_write_items).then_error(move || {
+            cancelled(vec![
+                reason("None"),
+                CancellationReason::builder()
+                    .code("ConditionalCheckFailed")
+                    .set_item(Some(stored.clone()))
+                    .build(),
+            ])
+        });
+        let c = committer(client(&[&rule, &get]));
+        assert_eq!(
+            commit_effect(&c, body, &ledger_effect()).await.unwrap(),
+            expected
+        );
+    }
+    for stored in [
+        stored_entry(None, b"body"),
+        stored_entry(Some("j-2"), b"body"),
+    ] {
+        let rule = mock!(Client::transact_write_items).then_error(move || {
+            cancelled(vec![
+                reason("None"),
+                CancellationReason::builder()
+                    .code("ConditionalCheckFailed")
+                    .set_item(Some(stored.clone()))
+                    .build(),
+            ])
+        });
+        let c = committer(client(&[&rule, &get]));
+        match commit_effect(&c, b"body", &ledger_effect()).await.unwrap() {
+            CommitOutcome::Rejected { index: 1, reason } => {
+                assert!(reason.contains("exists"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(get.num_calls(), 0, "ALL_OLD returned the item");
+}
+
+/// An effect write's own condition (index 0, the credit) is the business
+/// outcome; contention is transient; an emulator that returns no item has
+/// the fused item read back from its own table and key.
+#[tokio::test]
+async fn fused_marker_in_a_transaction_rejected_transient_and_read_back() {
+    let rejected = mock!(Client::transact_write_items).then_error(|| {
+        cancelled(vec![
+            CancellationReason::builder()
+                .code("ConditionalCheckFailed")
+                .message("The conditional request failed")
+                .build(),
+            reason("None"),
+        ])
+    });
+    let c = committer(client(&[&rejected]));
+    assert!(matches!(
+        commit_effect(&c, b"body", &ledger_effect()).await.unwrap(),
+        CommitOutcome::Rejected { index: 0, .. }
+    ));
+
+    let conflict = mock!(Client::transact_write_items)
+        .then_error(|| cancelled(vec![reason("TransactionConflict"), reason("None")]));
+    let c = committer(client(&[&conflict]));
+    assert!(matches!(
+        commit_effect(&c, b"body", &ledger_effect()).await.unwrap(),
+        CommitOutcome::Transient { .. }
+    ));
+
+    let bare = mock!(Client::transact_write_items)
+        .then_error(|| cancelled(vec![reason("None"), reason("ConditionalCheckFailed")]));
+    let get = mock!(Client::get_item)
+        .match_requests(|req| {
+            req.consistent_read() == Some(true)
+                && req.table_name() == Some(BANK)
+                && req.key().and_then(|k| k.get("pk"))
+                    == Some(&AttributeValue::S("entry#j-1".into()))
+        })
+        .then_output(|| {
+            GetItemOutput::builder()
+                .set_item(Some(stored_entry(Some("j-1"), b"body")))
+                .build()
+        });
+    let c = committer(client(&[&bare, &get]));
+    assert_eq!(
+        commit_effect(&c, b"body", &ledger_effect()).await.unwrap(),
+        CommitOutcome::Duplicate
+    );
+    assert_eq!(get.num_calls(), 1);
+}
+
+fn condition_failed(item: Option<Item>) -> PutItemError {
+    PutItemError::ConditionalCheckFailedException(
+        ConditionalCheckFailedException::builder()
+            .message("The conditional request failed")
+            .set_item(item)
+            .build(),
+    )
+}
+
+/// A one-item job is one conditional PutItem (1 write unit a KB), not a
+/// transaction (2): the item with the job id and hash, idemq's condition
+/// on its key, ALL_OLD so that a failed condition returns the item.
+#[tokio::test]
+async fn fused_marker_alone_is_one_conditional_put_item_not_a_transaction() {
+    let tx = mock!(Client::transact_write_items)
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let put = mock!(Client::put_item)
+        .match_requests(|req| {
+            req.table_name() == Some(BANK)
+                && req.item().is_some_and(|item| {
+                    is_fused_entry(
+                        item,
+                        req.condition_expression(),
+                        req.expression_attribute_names(),
+                        b"body",
+                    )
+                })
+                && req.return_values_on_condition_check_failure()
+                    == Some(&ReturnValuesOnConditionCheckFailure::AllOld)
+        })
+        .then_output(|| PutItemOutput::builder().build());
+    let c = committer(client(&[&tx, &put]));
+    assert_eq!(
+        commit_effect(&c, b"body", &entry_effect()).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    assert_eq!((put.num_calls(), tx.num_calls()), (1, 0));
+}
+
+#[tokio::test]
+async fn single_put_condition_failure_is_duplicate_conflict_or_rejected_by_the_item() {
+    let get = mock!(Client::get_item).then_output(|| GetItemOutput::builder().build());
+    let cases = [
+        (
+            Some(stored_entry(Some("j-1"), b"body")),
+            &b"body"[..],
+            "duplicate",
+        ),
+        (
+            Some(stored_entry(Some("j-1"), b"body")),
+            b"other",
+            "conflict",
+        ),
+        (Some(stored_entry(None, b"body")), b"body", "rejected"),
+        (
+            Some(stored_entry(Some("j-2"), b"body")),
+            b"body",
+            "rejected",
+        ),
+    ];
+    for (stored, body, expected) in cases {
+        let put = mock!(Client::put_item).then_error(move || condition_failed(stored.clone()));
+        let c = committer(client(&[&put, &get]));
+        let outcome = commit_effect(&c, body, &entry_effect()).await.unwrap();
+        let got = match outcome {
+            CommitOutcome::Duplicate => "duplicate",
+            CommitOutcome::Conflict { ref stored_hash } => {
+                assert_eq!(*stored_hash, PayloadHash::of(b"body"));
+                "conflict"
+            }
+            CommitOutcome::Rejected { index: 0, .. } => "rejected",
+            _ => "other",
+        };
+        assert_eq!(got, expected, "{outcome:?}");
+    }
+    assert_eq!(get.num_calls(), 0, "ALL_OLD returned the item");
+}
+
+/// An emulator that does not return the item with a failed PutItem
+/// condition: the item is read back, consistently, and decides.
+#[tokio::test]
+async fn single_put_condition_failure_without_the_item_reads_it_back() {
+    let put = mock!(Client::put_item).then_error(|| condition_failed(None));
+    let get = mock!(Client::get_item)
+        .match_requests(|req| req.consistent_read() == Some(true) && req.table_name() == Some(BANK))
+        .then_output(|| {
+            GetItemOutput::builder()
+                .set_item(Some(stored_entry(Some("j-1"), b"body")))
+                .build()
+        });
+    let c = committer(client(&[&put, &get]));
+    assert_eq!(
+        commit_effect(&c, b"other", &entry_effect()).await.unwrap(),
+        CommitOutcome::Conflict {
+            stored_hash: PayloadHash::of(b"body")
+        }
+    );
+    assert_eq!(get.num_calls(), 1);
+}
+
+#[tokio::test]
+async fn single_put_throttling_contention_and_server_errors_are_transient() {
+    let errors: [fn() -> PutItemError; 2] = [
+        || {
+            PutItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .message("slow down")
+                    .build(),
+            )
+        },
+        // The item is in another request's transaction.
+        || {
+            PutItemError::TransactionConflictException(
+                TransactionConflictException::builder()
+                    .message("in a transaction")
+                    .build(),
+            )
+        },
+    ];
+    for error in errors {
+        let put = mock!(Client::put_item).then_error(error);
+        let c = committer(client(&[&put]));
+        assert!(matches!(
+            commit_effect(&c, b"body", &entry_effect()).await.unwrap(),
+            CommitOutcome::Transient { .. }
+        ));
+    }
+    let unavailable = mock!(Client::put_item)
+        .sequence()
+        .http_status(503, None)
+        .build();
+    let c = committer(client(&[&unavailable]));
+    assert!(matches!(
+        commit_effect(&c, b"body", &entry_effect()).await.unwrap(),
+        CommitOutcome::Transient { .. }
+    ));
+}
+
+#[tokio::test]
+async fn single_put_missing_table_and_key_schema_name_the_effects_table() {
+    let missing = mock!(Client::put_item).then_error(|| {
+        PutItemError::ResourceNotFoundException(
+            ResourceNotFoundException::builder()
+                .message("no table")
+                .build(),
+        )
+    });
+    let c = committer(client(&[&missing]));
+    let err = commit_effect(&c, b"body", &entry_effect())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CommitError::TableNotFound(ref t) if t == BANK),
+        "{err}"
+    );
+    let schema = mock!(Client::put_item).then_error(|| {
+        PutItemError::generic(
+            aws_smithy_types::error::ErrorMetadata::builder()
+                .code("ValidationException")
+                .message(
+                    "One or more parameter values were invalid: Missing the key id in the item",
+                )
+                .build(),
+        )
+    });
+    let c = committer(client(&[&schema]));
+    match commit_effect(&c, b"body", &entry_effect()).await.unwrap() {
+        CommitOutcome::Transient { reason } => {
+            assert!(
+                reason.contains("table bank") && reason.contains("\"id\""),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One unconditional write without a marker is one UpdateItem; with a
+/// condition it stays a transaction, whose ClientRequestToken makes an SDK
+/// retry of an applied request succeed instead of failing its condition.
+#[tokio::test]
+async fn upsert_without_marker_is_one_standard_write_a_conditional_one_a_transaction() {
+    let tx = mock!(Client::transact_write_items)
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let update = mock!(Client::update_item)
+        .match_requests(|req| {
+            req.table_name() == Some("counters")
+                && req.update_expression() == Some("ADD n :one")
+                && req.condition_expression().is_none()
+        })
+        .then_output(|| UpdateItemOutput::builder().build());
+    let c = committer(client(&[&tx, &update]));
+    let upsert = counter_effect().without_marker();
+    assert_eq!(
+        commit_effect(&c, b"body", &upsert).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    assert_eq!((update.num_calls(), tx.num_calls()), (1, 0));
+
+    let guarded = Effect::new()
+        .with(
+            Write::update("counters", Key::string("pk", "c#1"), "ADD n :one")
+                .value(":one", AttributeValue::N("1".into()))
+                .condition("attribute_exists(pk)"),
+        )
+        .without_marker();
+    assert_eq!(
+        commit_effect(&c, b"body", &guarded).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    assert_eq!((update.num_calls(), tx.num_calls()), (1, 1));
+}

@@ -3,6 +3,7 @@
 //! (`ADD n :one`), so a job applied twice shows as 2.
 
 mod common;
+mod race;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -212,45 +213,18 @@ async fn effect_without_marker_is_applied_every_time() {
 /// at exactly 1 and exactly 200 commits succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn race_eight_tasks_same_200_jobs_every_counter_exactly_one() {
-    const TASKS: usize = 8;
-    const JOBS: usize = 200;
     let (ddb, c) = setup().await;
     let c = Arc::new(c);
-    let mut handles = Vec::new();
-    for task in 0..TASKS {
-        let c = Arc::clone(&c);
-        handles.push(tokio::spawn(async move {
-            let mut committed = 0;
-            let mut duplicate = 0;
-            // Each task walks the ids from a different offset, so tasks
-            // collide on the same job at the same time throughout the run.
-            for k in 0..JOBS {
-                let id = format!("race-{}", (k + task * JOBS / TASKS) % JOBS);
-                loop {
-                    match commit(&c, &id, "same body").await {
-                        CommitOutcome::Committed => committed += 1,
-                        CommitOutcome::Duplicate => duplicate += 1,
-                        CommitOutcome::Transient { .. } => continue,
-                        other => panic!("{id}: {other:?}"),
-                    }
-                    break;
-                }
-            }
-            (committed, duplicate)
-        }));
-    }
-    let (mut committed, mut duplicate) = (0, 0);
-    for h in handles {
-        let (c, d) = h.await.unwrap();
-        committed += c;
-        duplicate += d;
-    }
-    assert_eq!(committed, JOBS, "exactly one commit per job");
-    assert_eq!(duplicate, JOBS * (TASKS - 1));
+    let committer = Arc::clone(&c);
+    race::race(move |id| {
+        let c = Arc::clone(&committer);
+        async move { commit(&c, &id, "same body").await }
+    })
+    .await;
     let t = c.layout().table_name.clone();
     let mut wrong = Vec::new();
-    for k in 0..JOBS {
-        let n = number(&ddb, &t, &format!("counter#race-{k}"), "n").await;
+    for k in 0..race::JOBS {
+        let n = number(&ddb, &t, &format!("counter#{}", race::job_id(k)), "n").await;
         if n != Some(1) {
             wrong.push((k, n));
         }

@@ -22,7 +22,10 @@
 //!    (receive, invoke, delete), so SQS requests per job are counted too;
 //! 5. cold starts (init, first invocation, max RSS) on the harness's Runtime
 //!    API, then once more under `cargo lambda watch --only-lambda-apis`;
-//! 6. the cost model, and the goals of issue 7.
+//! 6. write cost by job shape ([`shapes`]): idemq with its fused marker and
+//!    with a separate one, plain and Powertools, on the two-item ledger and a
+//!    one-item job: requests, write units and USD per million jobs;
+//! 7. the cost model, and the goals of issue 7.
 //!
 //! Results go to `bench/out/peers.json` (read by `bench/chart.py`) and, with
 //! `--markdown BENCHMARKS.md`, into the generated blocks of that file.
@@ -32,6 +35,7 @@ mod http;
 mod proxy;
 mod report;
 mod runtime;
+mod shapes;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -124,6 +128,17 @@ struct Args {
     /// How the run was started, for the report.
     #[arg(long, env = "BENCH_COMMAND", default_value = "make bench")]
     command: String,
+    /// New jobs per variant and shape in the write-cost phase.
+    #[arg(long, default_value_t = 200)]
+    shape_jobs: usize,
+    /// Round-trip delay of the write-cost phase, in ms.
+    #[arg(long, default_value_t = 5)]
+    shape_delay: u64,
+    /// Run the write-cost phase alone (bench/out/shapes.json; with
+    /// --markdown, only its block). Counts do not depend on the build
+    /// profile, so a debug bootstrap (--bootstrap) serves.
+    #[arg(long)]
+    only_shapes: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -248,6 +263,9 @@ pub struct Results {
     pub bootstrap_bytes: u64,
     pub peak_rss_mb: BTreeMap<String, f64>,
     pub release_build: Option<String>,
+    /// Write cost by job shape (absent from runs before issue 15).
+    #[serde(default)]
+    pub shapes: Vec<shapes::ShapeCost>,
 }
 
 /// The job the ledger does: credit `account`, record the entry.
@@ -413,9 +431,23 @@ impl Bench {
         concurrency: usize,
         tag: &str,
     ) -> Result<(Instance, Duration), Error> {
+        self.spawn_env(peer, concurrency, tag, &[]).await
+    }
+
+    /// [`Bench::spawn`] with more environment variables (set last, so they
+    /// override the peer's own).
+    async fn spawn_env(
+        &self,
+        peer: Peer,
+        concurrency: usize,
+        tag: &str,
+        env: &[(&str, &str)],
+    ) -> Result<(Instance, Duration), Error> {
         let label = format!("{}-c{concurrency}-{tag}", peer.name());
         let log = self.logs.join(format!("{label}.log"));
-        let mut inst = Instance::spawn(&label, self.command(peer, concurrency), &log).await?;
+        let mut cmd = self.command(peer, concurrency);
+        cmd.envs(env.iter().copied());
+        let mut inst = Instance::spawn(&label, cmd, &log).await?;
         let init = inst.ready(Duration::from_secs(60)).await.map_err(|e| {
             let tail = std::fs::read_to_string(&log).unwrap_or_default();
             format!(
@@ -703,6 +735,25 @@ async fn main() -> Result<(), Error> {
     };
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let t0 = Instant::now();
+    if args.only_shapes {
+        let shapes = shapes::run(&b, args.shape_jobs, args.shape_delay).await?;
+        std::fs::write(
+            args.out.join("shapes.json"),
+            serde_json::to_vec_pretty(&shapes)?,
+        )?;
+        let run = format!(
+            "Run of {started} (`{}`), Rust peers from `{}`",
+            args.command,
+            args.bootstrap.display()
+        );
+        let block = shapes::block(&shapes, &run);
+        println!("\n== shapes ==\n{block}");
+        if let Some(md) = &args.markdown {
+            report::rewrite(md, &[("shapes".to_owned(), block)])?;
+            println!("wrote the shapes block of {}", md.display());
+        }
+        return Ok(());
+    }
 
     // 1. The grid: one execution environment per peer and concurrency.
     println!("grid: one execution environment per peer, back-to-back invocations");
@@ -846,7 +897,10 @@ async fn main() -> Result<(), Error> {
         end_to_end.push(e2e(&b, peer).await?);
     }
 
-    // 5. Cold starts.
+    // 5. Write cost by job shape.
+    let shapes = shapes::run(&b, args.shape_jobs, args.shape_delay).await?;
+
+    // 6. Cold starts.
     println!(
         "cold starts: {} per peer on the harness's Runtime API",
         args.cold_starts
@@ -915,6 +969,7 @@ async fn main() -> Result<(), Error> {
         bootstrap_bytes,
         peak_rss_mb,
         release_build,
+        shapes,
     };
     std::fs::write(
         args.out.join("peers.json"),

@@ -713,6 +713,15 @@ pub fn blocks(r: &Results) -> Vec<(String, String)> {
         );
     }
     out.push(("cost".to_owned(), s));
+    if !r.shapes.is_empty() {
+        out.push((
+            "shapes".to_owned(),
+            crate::shapes::block(
+                &r.shapes,
+                &format!("Run of {} (`{}`)", r.started, r.command),
+            ),
+        ));
+    }
 
     // Goals.
     let mut s = String::new();

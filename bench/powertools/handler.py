@@ -12,8 +12,12 @@ TransactWriteItems), and the record is updated to COMPLETED with the result
 (UpdateItem). A redelivered job finds its record with the first PutItem
 (ReturnValuesOnConditionCheckFailure=ALL_OLD) and returns the stored result.
 
+With BENCH_SHAPE=item the job is the one-item job of the other peers: the
+entry alone, one PutItem between the idempotency record's two writes.
+
 Environment: IDEMQ_TABLE (the effect's table, key `pk`, like idemq's),
-POWERTOOLS_IDEMPOTENCY_TABLE (Powertools' own table, key `id`).
+POWERTOOLS_IDEMPOTENCY_TABLE (Powertools' own table, key `id`), BENCH_SHAPE
+(`ledger`, the default, or `item`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 
 TABLE = os.environ["IDEMQ_TABLE"]
+ITEM_ONLY = os.environ.get("BENCH_SHAPE", "ledger") == "item"
 
 # One client, built at init like idemq's, shared by the effect and the
 # persistence layer (one connection pool).
@@ -62,6 +67,14 @@ def apply_transfer(transfer: dict) -> dict:
     if transfer["amount"] <= 0:
         raise NotPositive(f"amount {transfer['amount']} is not positive")
     amount = {"N": str(transfer["amount"])}
+    entry = {
+        "pk": {"S": f"entry#{transfer['transfer_id']}"},
+        "account": {"S": transfer["account"]},
+        "amount": amount,
+    }
+    if ITEM_ONLY:
+        dynamodb.put_item(TableName=TABLE, Item=entry)
+        return {"transfer_id": transfer["transfer_id"]}
     dynamodb.transact_write_items(
         TransactItems=[
             {
@@ -72,16 +85,7 @@ def apply_transfer(transfer: dict) -> dict:
                     "ExpressionAttributeValues": {":amount": amount},
                 }
             },
-            {
-                "Put": {
-                    "TableName": TABLE,
-                    "Item": {
-                        "pk": {"S": f"entry#{transfer['transfer_id']}"},
-                        "account": {"S": transfer["account"]},
-                        "amount": amount,
-                    },
-                }
-            },
+            {"Put": {"TableName": TABLE, "Item": entry}},
         ]
     )
     return {"transfer_id": transfer["transfer_id"]}
