@@ -307,10 +307,27 @@ impl<H> TestKit<H> {
             .flatten()
     }
 
-    /// A job's dedup marker, if committed.
+    /// A job's dedup marker, if committed: idemq's own marker item, or the
+    /// job's item in the idemq table that is its marker
+    /// ([`Effect::marked_by`](crate::effect::Effect::marked_by): it carries
+    /// the job id and payload hash).
     pub fn marker(&self, job_id: &str) -> Option<Item> {
         let l = &self.config.layout;
         self.item(&Key::string(&l.partition_key, l.marker_key(job_id)))
+            .or_else(|| {
+                // Not idemq's own items (failure records carry a job id
+                // and hash too): a user's item whose attributes mark it.
+                self.items().into_iter().find(|item| {
+                    let idemqs = item
+                        .get(&l.partition_key)
+                        .and_then(|v| v.as_s().ok())
+                        .is_some_and(|pk| pk.starts_with(&l.key_prefix));
+                    !idemqs
+                        && item.get(&l.job_id).and_then(|v| v.as_s().ok())
+                            == Some(&job_id.to_owned())
+                        && item.contains_key(&l.payload_hash)
+                })
+            })
     }
 
     /// A job's failure record (its last failed attempt), if any.
