@@ -9,6 +9,8 @@
 //! Where things live:
 //! - [`job`]: the job id (attribute, body pointer or `MessageId`) and the
 //!   payload hash;
+//! - [`envelope`]: jobs that arrive wrapped in an SNS notification or an
+//!   EventBridge event (`IDEMQ_ENVELOPE`);
 //! - [`effect`]: the typed builder for a job's writes and its limits;
 //! - [`commit`]: the dedup transaction and its outcomes;
 //! - [`config`]: `IDEMQ_*` settings and the table layout;
@@ -32,6 +34,7 @@ pub mod commit;
 pub mod config;
 pub mod dlq;
 pub mod effect;
+pub mod envelope;
 pub mod handler;
 pub mod host;
 pub mod init;
@@ -41,16 +44,21 @@ pub mod lambda;
 pub mod metrics;
 pub mod producer;
 pub mod queue;
+#[cfg(feature = "sns")]
+pub mod topic;
 #[cfg(feature = "worker")]
 pub mod worker;
 
 pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
 pub use config::{IdempotencyConfig, TableLayout};
 pub use effect::{Effect, EffectError, Key, Write};
+pub use envelope::Envelope;
 pub use job::{
     InvalidJobId, JOB_ID_ATTRIBUTE, JobId, JobIdResolver, JobIdSource, PayloadHash, downstream_key,
 };
 pub use producer::Producer;
+#[cfg(feature = "sns")]
+pub use topic::TopicProducer;
 
 /// The README's code examples, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]
