@@ -47,6 +47,15 @@ impl Envelope {
     /// `eventbridge`.
     pub const ENV_VAR: &'static str = "IDEMQ_ENVELOPE";
 
+    /// How errors name it: `SNS`, `EventBridge`, `plain`.
+    const fn label(self) -> &'static str {
+        match self {
+            Self::None => "plain",
+            Self::Sns => "SNS",
+            Self::EventBridge => "EventBridge",
+        }
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::None => "none",
@@ -125,7 +134,8 @@ pub struct Opened<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
     #[error(
-        "{envelope} envelope: the body is not JSON ({detail}){hint}",
+        "{label} envelope: the body is not JSON ({detail}){hint}",
+        label = envelope.label(),
         hint = raw_hint(*envelope)
     )]
     NotJson {
@@ -134,19 +144,27 @@ pub enum EnvelopeError {
         detail: String,
     },
     #[error(
-        "{envelope} envelope: the body is a JSON {found}, not an object{hint}",
+        "{label} envelope: the body is a JSON {found}, not an object{hint}",
+        label = envelope.label(),
         hint = raw_hint(*envelope)
     )]
     NotAnObject {
         envelope: Envelope,
         found: &'static str,
     },
-    #[error("{envelope} envelope: no `{field}` field{hint}", hint = raw_hint(*envelope))]
+    #[error(
+        "{label} envelope: no `{field}` field{hint}",
+        label = envelope.label(),
+        hint = raw_hint(*envelope)
+    )]
     Missing {
         envelope: Envelope,
         field: &'static str,
     },
-    #[error("{envelope} envelope: `{field}` is a JSON {found}; expected a {expected}")]
+    #[error(
+        "{label} envelope: `{field}` is a JSON {found}; expected a {expected}",
+        label = envelope.label()
+    )]
     WrongType {
         envelope: Envelope,
         field: &'static str,
