@@ -499,3 +499,48 @@ async fn sns_fanout_example_credits_each_subscribed_queue_once() {
         );
     }
 }
+
+/// `idemq send --topic-arn`: the same line twice in the input (a re-run)
+/// is published twice with one `idemq-job-id`: credited once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idemq_send_publishes_to_a_topic_with_the_job_id() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "env-send", false, 3, 5).await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let topic = topic_for(&sdk, &res).await;
+    let line = transfer("send-t-1", "erin", 9).to_string();
+    let file = std::env::temp_dir().join(format!("{}.jsonl", unique("env-send")));
+    std::fs::write(&file, format!("{line}\n{line}\n")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+        .args([
+            "send",
+            "--topic-arn",
+            topic.topic_arn(),
+            "--job-id-pointer",
+            "/transfer_id",
+        ])
+        .arg(&file)
+        .env_remove("IDEMQ_QUEUE_URL")
+        .output()
+        .expect("run idemq");
+    let _ = std::fs::remove_file(&file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("sent 2, failed 0"), "{stdout}");
+
+    let m = work(ledger_on(&res, &[]), &res, sns_resolver()).await;
+    assert_eq!(
+        (m.succeeded, m.duplicate, m.conflict),
+        (1, 1, 0),
+        "{}",
+        m.summary()
+    );
+    assert_eq!(
+        number(&ddb, &res.table_name, "account#erin", "balance").await,
+        Some(9)
+    );
+}
