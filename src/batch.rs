@@ -384,7 +384,7 @@ impl<H: Handler> Processor<H> {
                                 .await
                                 .map_err(Attempt::Handler)?;
                             let job = JobRef {
-                                id: &id,
+                                id,
                                 payload_hash: &hash,
                                 queue: &queue.name,
                             };

@@ -819,7 +819,7 @@ mod tests {
             ),
             (
                 Envelope::EventBridge,
-                format!("{secret}"),
+                secret.to_string(),
                 EnvelopeError::NotJson {
                     envelope: Envelope::EventBridge,
                     detail: "syntax error at line 1 column 1".into(),
