@@ -850,6 +850,14 @@ mod tests {
     }
 
     #[test]
+    fn envelope_id_identity_is_warned_once_per_process() {
+        // Whatever warned before in this process, never a second time.
+        warn_envelope_id_identity(Envelope::Sns);
+        assert!(!warn_envelope_id_identity(Envelope::EventBridge));
+        assert!(!warn_envelope_id_identity(Envelope::Sns));
+    }
+
+    #[test]
     fn envelope_names_parse() {
         assert_eq!("sns".parse(), Ok(Envelope::Sns));
         assert_eq!("EventBridge".parse(), Ok(Envelope::EventBridge));
