@@ -151,7 +151,7 @@ start_localstack() {
     OVERRIDE_IN_DOCKER=0 \
     FILESYSTEM_ROOT="$STATE/localstack" \
     GATEWAY_LISTEN="$HOST:$LS_PORT" \
-    SERVICES=sqs,cloudformation,iam,sts,cloudwatch,logs \
+    SERVICES=sqs,sns,events,cloudformation,iam,sts,cloudwatch,logs \
     DNS_ADDRESS=0 \
     SKIP_SSL_CERT_DOWNLOAD=1 \
     DISABLE_EVENTS=1 \

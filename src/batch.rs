@@ -321,16 +321,22 @@ impl<H: Handler> Processor<H> {
         deadline: Instant,
         budget: &Budget,
     ) -> Verdict {
-        let resolved = self
-            .resolver
-            .resolve(msg.job_id_attribute(), &msg.body, &msg.message_id);
-        if matches!(resolved, Ok((_, JobIdSource::MessageId))) {
-            crate::job::warn_message_id_identity();
-        }
+        // The one place a message becomes a job: its envelope opened (if
+        // any), its id resolved, its payload found.
+        let resolved =
+            self.resolver
+                .resolve_job(msg.job_id_attribute(), &msg.body, &msg.message_id);
+        match resolved.as_ref().map(|j| j.source) {
+            Ok(JobIdSource::MessageId) => crate::job::warn_message_id_identity(),
+            Ok(JobIdSource::EnvelopeId) => {
+                crate::envelope::warn_envelope_id_identity(self.resolver.envelope)
+            }
+            _ => false,
+        };
         // No payload in logs: ids, attempt and size only.
         let span = tracing::info_span!(
             "job",
-            job_id = resolved.as_ref().ok().map(|(j, _)| j.as_str()),
+            job_id = resolved.as_ref().ok().map(|j| j.id.as_str()),
             message_id = msg.message_id.as_str(),
             attempt = msg.receive_count,
             payload_bytes = msg.body.len(),
@@ -346,44 +352,49 @@ impl<H: Handler> Processor<H> {
         msg: &Message,
         deadline: Instant,
         budget: &Budget,
-        resolved: Result<(crate::job::JobId, crate::job::JobIdSource), crate::job::InvalidJobId>,
+        resolved: Result<crate::envelope::ResolvedJob<'_>, crate::job::InvalidJobId>,
     ) -> Verdict {
-        let hash = PayloadHash::of(msg.body.as_bytes());
-        let job_id = resolved.as_ref().ok().map(|(id, _)| id.clone());
-        let attempt = match resolved {
-            Err(e) => Attempt::InvalidJobId(e),
-            Ok((id, _)) => match serde_json::from_str::<H::Job>(&msg.body) {
-                Err(e) => Attempt::Undecodable(e),
-                Ok(job) => {
-                    let meta = JobMeta {
-                        job_id: id.clone(),
-                        attempt: msg.receive_count,
-                        queue: queue.name.clone(),
-                        message_id: msg.message_id.clone(),
-                        deadline,
-                    };
-                    let work = async {
-                        let effect = self
-                            .handler
-                            .handle(job, meta)
-                            .await
-                            .map_err(Attempt::Handler)?;
-                        let job = JobRef {
-                            id: &id,
-                            payload_hash: &hash,
-                            queue: &queue.name,
+        // The hash covers the job's payload (an enveloped job's inner
+        // message), or the whole body when there is no job to find.
+        let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
+        let hash = PayloadHash::of(payload.as_bytes());
+        let job_id = resolved.as_ref().ok().map(|j| j.id.clone());
+        let attempt = match &resolved {
+            Err(e) => Attempt::InvalidJobId(e.clone()),
+            Ok(crate::envelope::ResolvedJob { id, .. }) => {
+                match serde_json::from_str::<H::Job>(payload) {
+                    Err(e) => Attempt::Undecodable(e),
+                    Ok(job) => {
+                        let meta = JobMeta {
+                            job_id: id.clone(),
+                            attempt: msg.receive_count,
+                            queue: queue.name.clone(),
+                            message_id: msg.message_id.clone(),
+                            deadline,
                         };
-                        Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
-                    };
-                    let guarded = AssertUnwindSafe(work).catch_unwind();
-                    match tokio::time::timeout_at(budget.abandon_at, guarded).await {
-                        Err(_) => Attempt::TimedOut,
-                        Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
-                        Ok(Ok(Err(attempt))) => attempt,
-                        Ok(Ok(Ok(commit))) => Attempt::Commit(commit),
+                        let work = async {
+                            let effect = self
+                                .handler
+                                .handle(job, meta)
+                                .await
+                                .map_err(Attempt::Handler)?;
+                            let job = JobRef {
+                                id,
+                                payload_hash: &hash,
+                                queue: &queue.name,
+                            };
+                            Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
+                        };
+                        let guarded = AssertUnwindSafe(work).catch_unwind();
+                        match tokio::time::timeout_at(budget.abandon_at, guarded).await {
+                            Err(_) => Attempt::TimedOut,
+                            Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
+                            Ok(Ok(Err(attempt))) => attempt,
+                            Ok(Ok(Ok(commit))) => Attempt::Commit(commit),
+                        }
                     }
                 }
-            },
+            }
         };
         let verdict = self.within_retention(queue, msg, classify(attempt));
         let failure = match &verdict {

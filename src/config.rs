@@ -139,8 +139,10 @@ impl Default for IdempotencyConfig {
 }
 
 impl IdempotencyConfig {
-    /// `IDEMQ_MARKER_TTL` (a duration such as `21d` or `504h`) and
-    /// `IDEMQ_JOB_ID_POINTER` (a JSON pointer such as `/transfer_id`).
+    /// `IDEMQ_MARKER_TTL` (a duration such as `21d` or `504h`),
+    /// `IDEMQ_JOB_ID_POINTER` (a JSON pointer such as `/transfer_id`) and
+    /// `IDEMQ_ENVELOPE` (`none`, `sns` or `eventbridge`: see
+    /// [`crate::envelope`]).
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -159,6 +161,16 @@ impl IdempotencyConfig {
                 });
             }
             config.job_id = config.job_id.with_body_pointer(p);
+        }
+        if let Some(v) = get(crate::envelope::Envelope::ENV_VAR) {
+            let envelope =
+                v.parse()
+                    .map_err(|e: crate::envelope::UnknownEnvelope| ConfigError::Invalid {
+                        var: crate::envelope::Envelope::ENV_VAR,
+                        value: v.clone(),
+                        why: e.to_string(),
+                    })?;
+            config.job_id = config.job_id.with_envelope(envelope);
         }
         Ok(config)
     }
@@ -586,5 +598,26 @@ mod tests {
         );
         assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_MARKER_TTL", "0s")])).is_err());
         assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_JOB_ID_POINTER", "id")])).is_err());
+    }
+
+    #[test]
+    fn envelope_from_env() {
+        use crate::envelope::Envelope;
+        let c = IdempotencyConfig::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.job_id.envelope, Envelope::None);
+        let c = IdempotencyConfig::from_lookup(env(&[
+            ("IDEMQ_ENVELOPE", "sns"),
+            ("IDEMQ_JOB_ID_POINTER", "/transfer_id"),
+        ]))
+        .unwrap();
+        assert_eq!(c.job_id.envelope, Envelope::Sns);
+        assert_eq!(c.job_id.body_pointer.as_deref(), Some("/transfer_id"));
+        let c = IdempotencyConfig::from_lookup(env(&[("IDEMQ_ENVELOPE", "eventbridge")])).unwrap();
+        assert_eq!(c.job_id.envelope, Envelope::EventBridge);
+        let err = IdempotencyConfig::from_lookup(env(&[("IDEMQ_ENVELOPE", "kinesis")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("IDEMQ_ENVELOPE=\"kinesis\""), "{err}");
+        assert!(err.contains("none, sns, eventbridge"), "{err}");
     }
 }

@@ -61,6 +61,10 @@ pub enum InvalidJobId {
         /// What it names: `boolean`, `array` or `object`.
         found: &'static str,
     },
+    /// The SNS or EventBridge envelope the job should be in does not parse
+    /// (`IDEMQ_ENVELOPE`, [`crate::envelope`]).
+    #[error(transparent)]
+    Envelope(#[from] crate::envelope::EnvelopeError),
 }
 
 impl JobId {
@@ -137,20 +141,30 @@ pub enum JobIdSource {
     BodyPointer,
     /// SQS's `MessageId` (a fallback: a copy sent again gets a new one).
     MessageId,
+    /// The SNS `MessageId` or EventBridge event `id` of an enveloped job
+    /// ([`crate::envelope`]).
+    EnvelopeId,
 }
 
 /// How to find a message's job id. The attribute always wins; the body
-/// pointer (RFC 6901, e.g. `/transfer_id`) is optional.
+/// pointer (RFC 6901, e.g. `/transfer_id`) is optional; `envelope` says
+/// whether the job is wrapped in an SNS notification or EventBridge event
+/// ([`JobIdResolver::resolve_job`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobIdResolver {
     /// A JSON pointer (RFC 6901) to the id in the body, e.g. `/transfer_id`.
     pub body_pointer: Option<String>,
+    /// The envelope the job arrives in (`IDEMQ_ENVELOPE`), if any.
+    pub envelope: crate::envelope::Envelope,
 }
 
 impl JobIdResolver {
     /// The attribute, then the `MessageId`: no body pointer.
     pub const fn new() -> Self {
-        Self { body_pointer: None }
+        Self {
+            body_pointer: None,
+            envelope: crate::envelope::Envelope::None,
+        }
     }
 
     /// Also looks for the id at `pointer` in the body, after the attribute.
@@ -160,7 +174,8 @@ impl JobIdResolver {
     }
 
     /// Resolves the job id of one message from its `idemq-job-id` attribute
-    /// value, its body and its `MessageId`, in that order of preference.
+    /// value, its body and its `MessageId`, in that order of preference
+    /// (inside the envelope, if any: see [`JobIdResolver::resolve_job`]).
     ///
     /// ```
     /// use idemq::{JobIdResolver, JobIdSource};
@@ -169,6 +184,17 @@ impl JobIdResolver {
     /// assert_eq!((id.as_str(), from), ("t-1", JobIdSource::BodyPointer));
     /// ```
     pub fn resolve(
+        &self,
+        attribute: Option<&str>,
+        body: &str,
+        message_id: &str,
+    ) -> Result<(JobId, JobIdSource), InvalidJobId> {
+        self.resolve_job(attribute, body, message_id)
+            .map(|job| (job.id, job.source))
+    }
+
+    /// [`JobIdResolver::resolve`] of a body that is the job itself.
+    pub(crate) fn resolve_plain(
         &self,
         attribute: Option<&str>,
         body: &str,
@@ -228,7 +254,7 @@ fn warn_once(warned: &AtomicBool) -> bool {
 
 /// The value at `pointer` in `body` as an id, `None` when the body is not
 /// JSON or has nothing there.
-fn pointed_id(body: &str, pointer: &str) -> Result<Option<String>, InvalidJobId> {
+pub(crate) fn pointed_id(body: &str, pointer: &str) -> Result<Option<String>, InvalidJobId> {
     let Ok(doc) = serde_json::from_str::<serde_json::Value>(body) else {
         return Ok(None);
     };

@@ -14,7 +14,11 @@
 //! - [`effect`]: the typed builder for a job's writes and its limits;
 //! - [`job`]: the job id (attribute, body pointer or `MessageId`), the
 //!   payload hash and downstream idempotency keys;
-//! - [`producer`]: sending jobs with a stable id ([`Producer`]);
+//! - [`envelope`]: jobs that arrive wrapped in an SNS notification or an
+//!   EventBridge event (`IDEMQ_ENVELOPE`);
+//! - [`producer`]: sending jobs with a stable id ([`Producer`]); `topic`
+//!   (feature `sns`): the same, published to an SNS topic
+//!   (`TopicProducer`);
 //! - `testing` (feature `testing`): unit-testing a handler: `job_meta`,
 //!   read-back views of an `Effect`, and a whole SQS event run through the
 //!   Lambda batch service against in-memory DynamoDB and SQS.
@@ -64,6 +68,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod dlq;
 pub mod effect;
+pub mod envelope;
 pub mod handler;
 pub mod host;
 pub mod init;
@@ -75,16 +80,21 @@ pub mod producer;
 pub mod queue;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "sns")]
+pub mod topic;
 #[cfg(feature = "worker")]
 pub mod worker;
 
 pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
 pub use config::{IdempotencyConfig, TableLayout};
 pub use effect::{Effect, EffectError, Key, Write};
+pub use envelope::Envelope;
 pub use job::{
     InvalidJobId, JOB_ID_ATTRIBUTE, JobId, JobIdResolver, JobIdSource, PayloadHash, downstream_key,
 };
 pub use producer::Producer;
+#[cfg(feature = "sns")]
+pub use topic::TopicProducer;
 
 /// The README's code examples, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]

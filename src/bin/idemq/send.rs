@@ -15,8 +15,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
-    #[arg(long, env = "IDEMQ_QUEUE_URL")]
-    pub queue_url: String,
+    #[arg(long, env = "IDEMQ_QUEUE_URL", required_unless_present = "topic_arn")]
+    pub queue_url: Option<String>,
+    /// Publish to this SNS topic instead of a queue, each job with the
+    /// idemq-job-id message attribute (its consumers run with
+    /// IDEMQ_ENVELOPE=sns when raw message delivery is off).
+    #[arg(long)]
+    pub topic_arn: Option<String>,
     /// A JSON-lines file, one job per line; stdin when absent or `-`.
     pub file: Option<PathBuf>,
     /// JSON pointer to each job's id (e.g. /transfer_id). Without it ids are
@@ -243,6 +248,24 @@ fn progress(total: Option<u64>) -> ProgressBar {
     bar
 }
 
+/// Where the jobs go: a queue, or an SNS topic that fans them out.
+enum Sender {
+    Queue(Producer),
+    Topic(idemq::TopicProducer),
+}
+
+impl Sender {
+    async fn send_batch(
+        &self,
+        jobs: Vec<Job>,
+    ) -> Vec<(String, Result<String, idemq::producer::SendError>)> {
+        match self {
+            Self::Queue(p) => p.send_batch(jobs).await,
+            Self::Topic(t) => t.send_batch(jobs).await,
+        }
+    }
+}
+
 /// What the reader thread hands over: a parsed line and the input bytes
 /// it took, or a read error.
 type Read = Result<(Option<Line>, usize), String>;
@@ -273,9 +296,13 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
              would not be recognised as the same jobs"
         );
     }
-    let producer = match Producer::new(sdk, &args.queue_url).await {
-        Ok(p) => p,
-        Err(e) => return crate::usage_error(&e.to_string()),
+    let producer = match (&args.topic_arn, &args.queue_url) {
+        (Some(topic), _) => Sender::Topic(idemq::TopicProducer::new(sdk, topic)),
+        (None, Some(queue)) => match Producer::new(sdk, queue).await {
+            Ok(p) => Sender::Queue(p),
+            Err(e) => return crate::usage_error(&e.to_string()),
+        },
+        (None, None) => return crate::usage_error("--queue-url or --topic-arn is required"),
     };
 
     // A thread reads and parses ahead (stdin and files block), at most
