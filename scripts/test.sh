@@ -65,7 +65,7 @@ if [ -n "$drift" ]; then
 fi
 cargo build --locked --manifest-path "$outside" --target-dir target
 heavy=$(cargo tree --locked -e normal --prefix none --manifest-path "$outside" \
-    | grep -E '^(clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers) v' | sort -u || true)
+    | grep -E '^(clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers|aws-sdk-sns) v' | sort -u || true)
 if [ -n "$heavy" ]; then
     printf 'a Lambda-only dependent compiles crates it should not:\n%s\n' "$heavy" >&2
     exit 1
