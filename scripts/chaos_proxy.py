@@ -10,10 +10,11 @@ the faults while workers run. Keys (all optional):
   outage            true: every request answered 503
   conflict          fraction of TransactWriteItems answered with a
                     TransactionCanceledException whose reason is
-                    TransactionConflict (nothing applied)
-  drop_after_apply  fraction of TransactWriteItems forwarded and applied,
-                    whose response is then dropped (the connection closes):
-                    the client cannot know it committed
+                    TransactionConflict, and of PutItem answered with a
+                    TransactionConflictException (nothing applied)
+  drop_after_apply  fraction of TransactWriteItems and PutItem forwarded
+                    and applied, whose response is then dropped (the
+                    connection closes): the client cannot know it committed
   latency_ms        added before forwarding
 
 Counts of what was done are written to the stats file on every request.
@@ -73,6 +74,9 @@ def make_handler(upstream_host, upstream_port, control_path, stats_path):
             target = self.headers.get("X-Amz-Target", "")
             c = control(control_path)
             transact = target.endswith(".TransactWriteItems")
+            # A single conditional PutItem is a commit too (a fused marker
+            # alone), and so is a failure record's write.
+            single = target.endswith(".PutItem")
             if c.get("outage"):
                 bump("outage", stats_path)
                 return self.reply(503, {"__type": "com.amazonaws.dynamodb.v20120810#ServiceUnavailable",
@@ -89,6 +93,12 @@ def make_handler(upstream_host, upstream_port, control_path, stats_path):
                 return self.reply(400, {"__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
                                         "message": "Transaction cancelled, please refer cancellation reasons",
                                         "CancellationReasons": reasons}, "TransactionCanceledException")
+            if single and random.random() < float(c.get("conflict", 0)):
+                # What DynamoDB answers a single write on an item that an
+                # ongoing transaction holds.
+                bump("conflict", stats_path)
+                return self.reply(400, {"__type": "com.amazonaws.dynamodb.v20120810#TransactionConflictException",
+                                        "message": "injected conflict"}, "TransactionConflictException")
             if c.get("latency_ms"):
                 time.sleep(float(c["latency_ms"]) / 1000)
             conn = http.client.HTTPConnection(upstream_host, upstream_port, timeout=60)
@@ -97,7 +107,7 @@ def make_handler(upstream_host, upstream_port, control_path, stats_path):
             resp = conn.getresponse()
             data = resp.read()
             conn.close()
-            if transact and random.random() < float(c.get("drop_after_apply", 0)):
+            if (transact or single) and random.random() < float(c.get("drop_after_apply", 0)):
                 # Applied upstream; the client never hears of it.
                 bump("dropped_after_apply", stats_path)
                 self.close_connection = True

@@ -189,8 +189,10 @@ async fn s4_each_job_sent_eight_times_four_workers() {
 }
 
 /// 5–7. Through the fault proxy: 30% throttling, 10% fake
-/// `TransactionConflict` cancellations and 10% responses dropped after the
-/// transaction was applied, with a 10 s total outage in the middle. No
+/// `TransactionConflict` cancellations (`TransactionConflictException` for a
+/// single `PutItem`: the probe's fused single writes) and 10% responses
+/// dropped after the commit was applied, with a 10 s total outage in the
+/// middle. No
 /// worker dies of it, nothing is lost or doubled, nothing reaches the DLQ,
 /// and the dropped responses come back as duplicates.
 ///

@@ -6,7 +6,11 @@
 //! "panic" | "sleep", "ms": 1500}`:
 //! - `ok` adds 1 to `n` on the item `probe#<id>` of the idemq table
 //!   (`IDEMQ_TABLE`), committed with the dedup marker, so a test can check
-//!   that a job took effect exactly once;
+//!   that a job took effect exactly once. A stable third of the ids each
+//!   commit with idemq's marker item, with a fused marker in a transaction
+//!   (`Effect::marked_by` on a `probe-entry#<id>` item), or as one
+//!   conditional `PutItem` of `probe#<id>` itself as the marker, so every
+//!   commit path runs wherever the probe does;
 //! - `transient` / `permanent` fail with that retry intent;
 //! - `panic` panics inside the handler;
 //! - `sleep` sleeps `ms` milliseconds (default 0), then does what `ok` does;
@@ -92,15 +96,34 @@ impl Handler for Probe {
                 )));
             }
         }
-        Ok(Effect::new().with(
-            Write::update(
+        let key = |prefix: &str| Key::string("pk", format!("{prefix}#{}", job.id));
+        // A third of the jobs each (by their id) commit with idemq's marker
+        // item, with a fused marker (the job's own `probe-entry#<id>` item,
+        // `Effect::marked_by`) in a transaction, or with the count item
+        // itself as the fused marker, one conditional PutItem: every
+        // scenario runs all three commit paths.
+        let count = Write::update(&self.table, key("probe"), "ADD n :one")
+            .value(":one", AttributeValue::N("1".into()));
+        Ok(match commit_path(&job.id) {
+            0 => Effect::new().with(count),
+            1 => Effect::new().with(count).marked_by(Write::put(
                 &self.table,
-                Key::string("pk", format!("probe#{}", job.id)),
-                "ADD n :one",
-            )
-            .value(":one", AttributeValue::N("1".into())),
-        ))
+                key("probe-entry"),
+                Default::default(),
+            )),
+            _ => Effect::new().marked_by(Write::put(
+                &self.table,
+                key("probe"),
+                [("n".to_string(), AttributeValue::N("1".into()))].into(),
+            )),
+        })
     }
+}
+
+/// How a job commits (0: marker item, 1: fused in a transaction, 2: fused
+/// single write): a stable third of the ids each.
+fn commit_path(id: &str) -> u32 {
+    id.bytes().map(u32::from).sum::<u32>() % 3
 }
 
 fn main() -> Result<(), HostError> {
