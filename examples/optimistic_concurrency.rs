@@ -51,7 +51,10 @@ pub enum InventoryError {
     #[error("not enough stock of {sku}: {stock} left, {delta} asked")]
     NotEnough { sku: String, stock: i64, delta: i64 },
     #[error("stock item of {sku} has no numeric {attribute}")]
-    Malformed { sku: String, attribute: &'static str },
+    Malformed {
+        sku: String,
+        attribute: &'static str,
+    },
 }
 
 impl Handler for Inventory {
@@ -109,15 +112,16 @@ impl Handler for Inventory {
         };
         let order = Item::from([
             ("sku".to_string(), AttributeValue::S(job.sku)),
-            ("delta".to_string(), AttributeValue::N(job.delta.to_string())),
+            (
+                "delta".to_string(),
+                AttributeValue::N(job.delta.to_string()),
+            ),
         ]);
-        Ok(Effect::new()
-            .with(write.optimistic())
-            .marked_by(Write::put(
-                &self.table,
-                Key::string("pk", format!("order#{}", job.order_id)),
-                order,
-            )))
+        Ok(Effect::new().with(write.optimistic()).marked_by(Write::put(
+            &self.table,
+            Key::string("pk", format!("order#{}", job.order_id)),
+            order,
+        )))
     }
 }
 

@@ -390,10 +390,9 @@ impl<H: Handler> Processor<H> {
                             budget.start_by,
                             contended,
                             || {
-                                let job = decoded.take().map_or_else(
-                                    || serde_json::from_str::<H::Job>(payload),
-                                    Ok,
-                                );
+                                let job = decoded
+                                    .take()
+                                    .map_or_else(|| serde_json::from_str::<H::Job>(payload), Ok);
                                 let meta = meta.clone();
                                 async move {
                                     let job = job.map_err(Attempt::Undecodable)?;

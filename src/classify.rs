@@ -672,7 +672,11 @@ mod tests {
         retries: u32,
         start_in: Duration,
         script: Vec<Result<Result<CommitOutcome, CommitError>, Attempt>>,
-    ) -> (Result<Result<CommitOutcome, CommitError>, Attempt>, usize, u64) {
+    ) -> (
+        Result<Result<CommitOutcome, CommitError>, Attempt>,
+        usize,
+        u64,
+    ) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)
@@ -733,7 +737,10 @@ mod tests {
         let (out, runs, _) = rerun(
             3,
             Duration::from_secs(60),
-            vec![contended(), Err(Attempt::Handler(JobError::transient("down")))],
+            vec![
+                contended(),
+                Err(Attempt::Handler(JobError::transient("down"))),
+            ],
         );
         assert!(matches!(out, Err(Attempt::Handler(_))));
         assert_eq!(runs, 2);

@@ -214,7 +214,9 @@ impl Committer {
             _ => return classify_sdk_error(err, &self.layout.table_name),
         };
         match classify_cancellation(reasons, plan) {
-            Cancellation::Outcome(outcome) => Ok(contention::lost_race(effect, plan, reasons, outcome)),
+            Cancellation::Outcome(outcome) => {
+                Ok(contention::lost_race(effect, plan, reasons, outcome))
+            }
             Cancellation::Invalid(why) => Err(CommitError::Invalid(why)),
             Cancellation::KeySchema { index, message } => {
                 let named = key_schema_attribute(&message).flatten();

@@ -398,15 +398,15 @@ impl BatchConfig {
                 })?;
         }
         if let Some(v) = get("IDEMQ_CONTENTION_RETRIES") {
-            c.contention_retries = v
-                .parse()
-                .ok()
-                .filter(|n| *n <= 100)
-                .ok_or_else(|| ConfigError::Invalid {
-                    var: "IDEMQ_CONTENTION_RETRIES",
-                    value: v.clone(),
-                    why: "a whole number from 0 to 100".into(),
-                })?;
+            c.contention_retries =
+                v.parse()
+                    .ok()
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| ConfigError::Invalid {
+                        var: "IDEMQ_CONTENTION_RETRIES",
+                        value: v.clone(),
+                        why: "a whole number from 0 to 100".into(),
+                    })?;
         }
         if let Some(v) = get("IDEMQ_DEADLINE_MARGIN") {
             c.deadline_margin = parse_duration("IDEMQ_DEADLINE_MARGIN", &v)?;
@@ -467,11 +467,13 @@ mod tests {
             .unwrap();
         assert_eq!(c.contention_retries, 0);
         for bad in ["-1", "101", "many"] {
-            let err = BatchConfig::from_lookup(|k| {
-                (k == "IDEMQ_CONTENTION_RETRIES").then(|| bad.into())
-            })
-            .unwrap_err();
-            assert!(err.to_string().contains("IDEMQ_CONTENTION_RETRIES"), "{err}");
+            let err =
+                BatchConfig::from_lookup(|k| (k == "IDEMQ_CONTENTION_RETRIES").then(|| bad.into()))
+                    .unwrap_err();
+            assert!(
+                err.to_string().contains("IDEMQ_CONTENTION_RETRIES"),
+                "{err}"
+            );
         }
     }
 

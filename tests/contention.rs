@@ -133,7 +133,10 @@ async fn a_lost_race_runs_the_job_again_in_the_same_invocation_and_commits() {
     // 10 + 2 (rivals) - 3, each commit one version.
     assert_eq!(stock(&kit), (9, 4));
     assert!(kit.item(&Key::string("pk", "order#o-1")).is_some());
-    assert!(kit.failure_record("o-1").is_none(), "a won race is no failure");
+    assert!(
+        kit.failure_record("o-1").is_none(),
+        "a won race is no failure"
+    );
 }
 
 #[tokio::test]
@@ -210,7 +213,11 @@ async fn only_a_write_marked_optimistic_turns_a_failed_condition_into_a_retry() 
                     .condition("version = :read")
                     .value(":n", AttributeValue::N("1".into()))
                     .value(":read", AttributeValue::N("4".into()));
-                let write = if optimistic { write.optimistic() } else { write };
+                let write = if optimistic {
+                    write.optimistic()
+                } else {
+                    write
+                };
                 Ok::<_, JobError>(Effect::new().with(write))
             }
         });

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use common::ledger::{Ledger, OccLedger};
-use common::{dlq_total, init_queue, number, quick_backoff, sdk, string_attribute, work_until_idle};
+use common::{
+    dlq_total, init_queue, number, quick_backoff, sdk, string_attribute, work_until_idle,
+};
 use futures_util::future::join_all;
 
 /// 600 transfers over 3 accounts, 4 workers x concurrency 8 (32 jobs in
