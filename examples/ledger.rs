@@ -12,7 +12,10 @@
 //! - an amount ≤ 0, or a missing field, is a permanent error (DLQ now);
 //! - accounts listed in `LEDGER_FAIL_ACCOUNTS` (comma-separated) simulate a
 //!   downstream outage: their jobs fail transiently, are retried with
-//!   backoff, and end in the DLQ after maxReceiveCount receives.
+//!   backoff, and end in the DLQ after maxReceiveCount receives;
+//! - with `LEDGER_OCC=1` the credit is a read-modify-write with a version
+//!   check instead of `ADD` ([`OccLedger`]): a transfer that loses the race
+//!   on its account is run again, not dead-lettered.
 //!
 //! Run it as a local worker: `IDEMQ_TABLE=t cargo run --example ledger --
 //! --queue-url URL`; on Lambda the same binary answers SQS events.
@@ -94,8 +97,86 @@ impl Handler for Ledger {
     }
 }
 
+// ---- LEDGER_OCC=1: the credit as optimistic concurrency (issue 14 part 2) ----
+
+/// The ledger with `LEDGER_OCC=1`: the credit is a consistent read of
+/// `account#<account>` (`balance` and `version`, both numbers), then a Put
+/// of `balance + amount` and `version + 1` guarded by the version read (or,
+/// for a new account, by its absence; then `version` = 1). The guard is
+/// [`Write::optimistic`]: a transfer that loses the race to another one on
+/// the same account is run again, not dead-lettered. Checks, outage and
+/// ledger entry (the marker) are the plain ledger's.
+pub struct OccLedger {
+    pub ledger: Ledger,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+}
+
+impl Handler for OccLedger {
+    type Job = Transfer;
+
+    async fn handle(&self, t: Transfer, meta: JobMeta) -> Result<Effect, JobError> {
+        let table = self.ledger.table.clone();
+        let key = Key::string("pk", format!("account#{}", t.account));
+        let amount = t.amount;
+        let plain = self.ledger.handle(t, meta).await?;
+        let read = self
+            .dynamodb
+            .get_item()
+            .table_name(&table)
+            .set_key(Some(key.as_item().clone()))
+            .consistent_read(true)
+            .send()
+            .await?;
+        let number = |name: &str| -> Result<i64, JobError> {
+            read.item()
+                .and_then(|item| item.get(name))
+                .map_or(Ok(0), |v| {
+                    v.as_n()
+                        .ok()
+                        .and_then(|n| n.parse().ok())
+                        .ok_or_else(|| JobError::permanent(format!("{name} is not a number")))
+                })
+        };
+        let (balance, version) = (number("balance")?, number("version")?);
+        let account = Item::from([
+            (
+                "balance".to_string(),
+                AttributeValue::N((balance + amount).to_string()),
+            ),
+            (
+                "version".to_string(),
+                AttributeValue::N((version + 1).to_string()),
+            ),
+        ]);
+        let credit = Write::put(&table, key.clone(), account);
+        let credit = match read.item() {
+            None => credit.condition("attribute_not_exists(pk)"),
+            Some(_) => credit
+                .condition("version = :read")
+                .value(":read", AttributeValue::N(version.to_string())),
+        };
+        // The plain effect with its `ADD balance` replaced by the guarded Put.
+        let mut effect = Effect::new().with(credit.optimistic());
+        for write in plain.writes() {
+            if write.key() != &key && Some(write) != plain.fused_marker() {
+                effect.push(write.clone());
+            }
+        }
+        Ok(match plain.fused_marker() {
+            Some(entry) => effect.marked_by(entry.clone()),
+            None => effect,
+        })
+    }
+}
+
 #[allow(dead_code)] // Unused where a test includes this file for `Ledger`.
 #[tokio::main]
 async fn main() -> Result<(), idemq::host::HostError> {
+    if std::env::var("LEDGER_OCC").is_ok_and(|v| v == "1") {
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        let ledger = Ledger::from_env();
+        return idemq::run(OccLedger { ledger, dynamodb }).await;
+    }
     idemq::run(Ledger::from_env()).await
 }

@@ -27,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 // Instants and sleeps come from tokio's clock, the one clock a test (or a
@@ -38,7 +39,7 @@ use futures_util::{FutureExt, StreamExt, stream};
 use tracing::Instrument;
 
 use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
-use crate::classify::{Attempt, Failure, Verdict, classify};
+use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
 use crate::commit::{Committer, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
@@ -226,13 +227,15 @@ impl<H: Handler> Processor<H> {
         deadline: Instant,
     ) -> BatchReport {
         let budget = Budget::new(deadline, self.config.deadline_margin);
+        let contended = AtomicU64::new(0);
         let verdicts = schedule(messages, deadline, &self.config, |msg| {
-            self.run_one(queue, msg, deadline, &budget)
+            self.run_one(queue, msg, deadline, &budget, &contended)
         })
         .await;
         let mut report = BatchReport {
             metrics: BatchMetrics {
                 batch_size: messages.len() as u64,
+                contended: contended.into_inner(),
                 ..BatchMetrics::default()
             },
             ..BatchReport::default()
@@ -320,6 +323,7 @@ impl<H: Handler> Processor<H> {
         msg: &Message,
         deadline: Instant,
         budget: &Budget,
+        contended: &AtomicU64,
     ) -> Verdict {
         // The one place a message becomes a job: its envelope opened (if
         // any), its id resolved, its payload found.
@@ -341,7 +345,7 @@ impl<H: Handler> Processor<H> {
             attempt = msg.receive_count,
             payload_bytes = msg.body.len(),
         );
-        self.run_resolved(queue, msg, deadline, budget, resolved)
+        self.run_resolved(queue, msg, deadline, budget, contended, resolved)
             .instrument(span)
             .await
     }
@@ -352,6 +356,7 @@ impl<H: Handler> Processor<H> {
         msg: &Message,
         deadline: Instant,
         budget: &Budget,
+        contended: &AtomicU64,
         resolved: Result<crate::envelope::ResolvedJob<'_>, crate::job::InvalidJobId>,
     ) -> Verdict {
         // The hash covers the job's payload (an enveloped job's inner
@@ -372,19 +377,34 @@ impl<H: Handler> Processor<H> {
                             message_id: msg.message_id.clone(),
                             deadline,
                         };
-                        let work = async {
-                            let effect = self
-                                .handler
-                                .handle(job, meta)
-                                .await
-                                .map_err(Attempt::Handler)?;
-                            let job = JobRef {
-                                id,
-                                payload_hash: &hash,
-                                queue: &queue.name,
-                            };
-                            Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
+                        let job_ref = JobRef {
+                            id,
+                            payload_hash: &hash,
+                            queue: &queue.name,
                         };
+                        // A lost optimistic-concurrency race runs the job
+                        // again (decoded afresh), within this invocation.
+                        let mut decoded = Some(job);
+                        let work = rerun_lost_races(
+                            self.config.contention_retries,
+                            budget.start_by,
+                            contended,
+                            || {
+                                let job = decoded
+                                    .take()
+                                    .map_or_else(|| serde_json::from_str::<H::Job>(payload), Ok);
+                                let meta = meta.clone();
+                                async move {
+                                    let job = job.map_err(Attempt::Undecodable)?;
+                                    let effect = self
+                                        .handler
+                                        .handle(job, meta)
+                                        .await
+                                        .map_err(Attempt::Handler)?;
+                                    Ok(self.committer.commit(job_ref, &effect).await)
+                                }
+                            },
+                        );
                         let guarded = AssertUnwindSafe(work).catch_unwind();
                         match tokio::time::timeout_at(budget.abandon_at, guarded).await {
                             Err(_) => Attempt::TimedOut,

@@ -60,11 +60,18 @@ pub enum FailureKind {
     Panic,
     /// The job did not finish before the batch's deadline: retried.
     Timeout,
+    /// The job lost an optimistic-concurrency race (a
+    /// [`Write::optimistic`](crate::effect::Write::optimistic) condition
+    /// failed) more times in one invocation than
+    /// [`BatchConfig::contention_retries`](crate::config::BatchConfig::contention_retries)
+    /// allows: retried with backoff, like a transient failure.
+    Contended,
 }
 
 impl FailureKind {
     /// The kind's name as stored in failure records: `transient`,
-    /// `permanent`, `conflict`, `rejected`, `panic`, `timeout`.
+    /// `permanent`, `conflict`, `rejected`, `panic`, `timeout`,
+    /// `contended`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Transient => "transient",
@@ -73,6 +80,7 @@ impl FailureKind {
             Self::Rejected => "rejected",
             Self::Panic => "panic",
             Self::Timeout => "timeout",
+            Self::Contended => "contended",
         }
     }
 }
@@ -164,6 +172,15 @@ pub(crate) fn classify(attempt: Attempt) -> Verdict {
             CommitOutcome::Transient { reason } => {
                 retry(FailureKind::Transient, &Message(reason), None)
             }
+            // Only what is left after the in-invocation re-runs
+            // (`Processor` re-runs a contended job first): back off.
+            CommitOutcome::Contended { index, reason } => retry(
+                FailureKind::Contended,
+                &Message(format!(
+                    "lost optimistic-concurrency races on effect write {index}: {reason}"
+                )),
+                None,
+            ),
         },
         Attempt::Commit(Err(e)) => match e {
             CommitError::Effect(_) | CommitError::Invalid(_) => dead(FailureKind::Permanent, &e),
@@ -173,6 +190,76 @@ pub(crate) fn classify(attempt: Attempt) -> Verdict {
                 retry(FailureKind::Transient, &e, None)
             }
         },
+    }
+}
+
+/// The first pause before re-running a job that lost an
+/// optimistic-concurrency race; it doubles with each further lost race.
+pub(crate) const CONTENTION_PAUSE_BASE: Duration = Duration::from_millis(5);
+/// The longest pause between two runs of a contended job.
+pub(crate) const CONTENTION_PAUSE_CAP: Duration = Duration::from_millis(100);
+
+/// The pause before running a job again after its `lost`-th lost race
+/// (1-based) in this invocation: full jitter, uniform in `[0,
+/// min(100 ms, 5 ms · 2^(lost-1))]`. Short enough to stay inside one
+/// invocation's budget, random so that racers who collided do not collide
+/// again in lockstep.
+pub(crate) fn contention_pause<R: rand::Rng + ?Sized>(lost: u32, rng: &mut R) -> Duration {
+    use rand::RngExt;
+    let ceiling = CONTENTION_PAUSE_BASE
+        .saturating_mul(1 << lost.saturating_sub(1).min(16))
+        .min(CONTENTION_PAUSE_CAP);
+    let top = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(rng.random_range(0..=top))
+}
+
+/// Runs one attempt at a job (`run`: handler then commit) and, while its
+/// commit is [`CommitOutcome::Contended`], runs it again after a
+/// [`contention_pause`]: at most `retries` times, and never once the run
+/// could no longer start before `start_by` (the batch's
+/// [`Budget::start_by`](crate::batch::Budget::start_by), after which no job
+/// starts). What is left is classified as usual (a contended outcome
+/// becomes a retry with backoff). Every lost race adds one to `lost`
+/// (`JobsContended`).
+///
+/// Re-running here rather than handing the message back with visibility 0
+/// keeps the message's receive count: under contention a job that lost a
+/// few races would otherwise climb to `maxReceiveCount` and be redriven to
+/// the DLQ, the failure this exists to avoid. It also costs no SQS calls
+/// and no receive round trip; the price is the handler's re-reads and a
+/// few milliseconds of pause inside the invocation, bounded by the budget.
+pub(crate) async fn rerun_lost_races<F, Fut>(
+    retries: u32,
+    start_by: tokio::time::Instant,
+    lost: &std::sync::atomic::AtomicU64,
+    mut run: F,
+) -> Result<Result<CommitOutcome, CommitError>, Attempt>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Result<CommitOutcome, CommitError>, Attempt>>,
+{
+    let mut lost_here = 0u32;
+    loop {
+        let commit = run().await?;
+        let Ok(CommitOutcome::Contended { index, .. }) = &commit else {
+            return Ok(commit);
+        };
+        lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lost_here += 1;
+        if lost_here > retries {
+            return Ok(commit);
+        }
+        let pause = crate::clock::with_jitter(|rng| contention_pause(lost_here, rng));
+        if tokio::time::Instant::now() + pause >= start_by {
+            return Ok(commit);
+        }
+        tracing::info!(
+            lost = lost_here,
+            write = index,
+            pause_ms = pause.as_millis() as u64,
+            "lost an optimistic-concurrency race; running the job again"
+        );
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -547,6 +634,131 @@ mod tests {
         assert!(transient.stays_on_queue());
         let missing = classify(Attempt::Commit(Err(CommitError::TableNotFound("t".into()))));
         assert!(missing.stays_on_queue());
+    }
+
+    /// Issue 14 part 2: a lost race left over after the in-invocation
+    /// re-runs backs off like a transient failure, never the DLQ; a
+    /// rejection stays a dead letter.
+    #[test]
+    fn a_contended_commit_is_retried_with_backoff_not_dead_lettered() {
+        let v = classify(Attempt::Commit(Ok(CommitOutcome::Contended {
+            index: 0,
+            reason: "The conditional request failed".into(),
+        })));
+        match &v {
+            Verdict::Retry {
+                failure,
+                retry_after: None,
+            } => {
+                assert_eq!(failure.kind, FailureKind::Contended);
+                assert_eq!(failure.kind.as_str(), "contended");
+                assert!(failure.error.contains("effect write 0"), "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(v.stays_on_queue());
+    }
+
+    fn contended() -> Result<Result<CommitOutcome, CommitError>, Attempt> {
+        Ok(Ok(CommitOutcome::Contended {
+            index: 0,
+            reason: "The conditional request failed".into(),
+        }))
+    }
+
+    /// Runs `rerun_lost_races` over scripted outcomes; returns the final
+    /// outcome, how many runs and how many lost races were counted.
+    fn rerun(
+        retries: u32,
+        start_in: Duration,
+        script: Vec<Result<Result<CommitOutcome, CommitError>, Attempt>>,
+    ) -> (
+        Result<Result<CommitOutcome, CommitError>, Attempt>,
+        usize,
+        u64,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let lost = std::sync::atomic::AtomicU64::new(0);
+            let mut script = script.into_iter();
+            let mut runs = 0;
+            let start_by = tokio::time::Instant::now() + start_in;
+            let out = rerun_lost_races(retries, start_by, &lost, || {
+                runs += 1;
+                let next = script.next().expect("ran more often than scripted");
+                async move { next }
+            })
+            .await;
+            (out, runs, lost.into_inner())
+        })
+    }
+
+    #[test]
+    fn lost_races_are_run_again_until_one_commits() {
+        let (out, runs, lost) = rerun(
+            3,
+            Duration::from_secs(60),
+            vec![contended(), contended(), Ok(Ok(CommitOutcome::Committed))],
+        );
+        assert!(matches!(out, Ok(Ok(CommitOutcome::Committed))));
+        assert_eq!((runs, lost), (3, 2));
+    }
+
+    #[test]
+    fn past_the_retry_bound_the_lost_race_is_left_to_backoff() {
+        let script = (0..4).map(|_| contended()).collect();
+        let (out, runs, lost) = rerun(3, Duration::from_secs(60), script);
+        assert!(matches!(out, Ok(Ok(CommitOutcome::Contended { .. }))));
+        assert_eq!((runs, lost), (4, 4), "1 run + 3 re-runs, all lost");
+        // 0 re-runs: the first lost race backs off.
+        let (_, runs, lost) = rerun(0, Duration::from_secs(60), vec![contended()]);
+        assert_eq!((runs, lost), (1, 1));
+        // No time left to start another run: backs off at once.
+        let (_, runs, _) = rerun(3, Duration::ZERO, vec![contended()]);
+        assert_eq!(runs, 1);
+    }
+
+    #[test]
+    fn other_outcomes_and_errors_end_the_loop_at_once() {
+        let (out, runs, lost) = rerun(
+            3,
+            Duration::from_secs(60),
+            vec![Ok(Ok(CommitOutcome::Rejected {
+                index: 0,
+                reason: "no".into(),
+            }))],
+        );
+        assert!(matches!(out, Ok(Ok(CommitOutcome::Rejected { .. }))));
+        assert_eq!((runs, lost), (1, 0));
+        let (out, runs, _) = rerun(
+            3,
+            Duration::from_secs(60),
+            vec![
+                contended(),
+                Err(Attempt::Handler(JobError::transient("down"))),
+            ],
+        );
+        assert!(matches!(out, Err(Attempt::Handler(_))));
+        assert_eq!(runs, 2);
+    }
+
+    #[test]
+    fn contention_pauses_are_jittered_short_and_capped() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for lost in [0, 1, 2, 3, 5, 40, u32::MAX] {
+            let ceiling = CONTENTION_PAUSE_BASE
+                .saturating_mul(1 << lost.saturating_sub(1).min(16))
+                .min(CONTENTION_PAUSE_CAP);
+            let draws: Vec<Duration> = (0..200).map(|_| contention_pause(lost, &mut rng)).collect();
+            assert!(draws.iter().all(|d| *d <= ceiling), "{lost}");
+            let distinct: std::collections::HashSet<_> = draws.iter().collect();
+            assert!(distinct.len() > 50, "jittered: {lost}");
+        }
     }
 
     #[test]

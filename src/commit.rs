@@ -31,6 +31,7 @@ use crate::config::TableLayout;
 use crate::effect::{Effect, EffectError, Item, MarkerSlot, Write};
 use crate::job::{JobId, PayloadHash};
 
+mod contention;
 mod single;
 
 /// What happened to one job's commit.
@@ -56,6 +57,16 @@ pub enum CommitOutcome {
         /// The index of the write in [`Effect::writes`].
         index: usize,
         /// DynamoDB's message, or what the existing item is.
+        reason: String,
+    },
+    /// The condition of a write marked [`Write::optimistic`] failed, and no
+    /// unmarked write's: the state the handler read moved under it (a lost
+    /// optimistic-concurrency race). Nothing was applied, no marker left;
+    /// running the handler again (re-reading) may commit.
+    Contended {
+        /// The index of the write in [`Effect::writes`].
+        index: usize,
+        /// DynamoDB's message.
         reason: String,
     },
     /// Contention, throttling, a timeout or a server error: nothing is known
@@ -203,7 +214,9 @@ impl Committer {
             _ => return classify_sdk_error(err, &self.layout.table_name),
         };
         match classify_cancellation(reasons, plan) {
-            Cancellation::Outcome(outcome) => Ok(outcome),
+            Cancellation::Outcome(outcome) => {
+                Ok(contention::lost_race(effect, plan, reasons, outcome))
+            }
             Cancellation::Invalid(why) => Err(CommitError::Invalid(why)),
             Cancellation::KeySchema { index, message } => {
                 let named = key_schema_attribute(&message).flatten();

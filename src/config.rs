@@ -329,6 +329,12 @@ pub struct BatchConfig {
     pub deadline_margin: Duration,
     /// Retry delays for transient failures.
     pub backoff: Backoff,
+    /// How many times one invocation runs a job again after it lost an
+    /// optimistic-concurrency race (a
+    /// [`Write::optimistic`](crate::effect::Write::optimistic) condition
+    /// failed) before handing it back to SQS with backoff. Default 3; 0
+    /// backs off at the first lost race.
+    pub contention_retries: u32,
 }
 
 impl Default for BatchConfig {
@@ -337,9 +343,13 @@ impl Default for BatchConfig {
             concurrency: 10,
             deadline_margin: Duration::from_secs(2),
             backoff: Backoff::DEFAULT,
+            contention_retries: DEFAULT_CONTENTION_RETRIES,
         }
     }
 }
+
+/// [`BatchConfig::contention_retries`] by default.
+pub const DEFAULT_CONTENTION_RETRIES: u32 = 3;
 
 impl BatchConfig {
     /// Jobs (or FIFO groups) run at once.
@@ -360,9 +370,16 @@ impl BatchConfig {
         self
     }
 
+    /// See [`BatchConfig::contention_retries`].
+    pub const fn with_contention_retries(mut self, retries: u32) -> Self {
+        self.contention_retries = retries;
+        self
+    }
+
     /// `IDEMQ_CONCURRENCY` (default 10), `IDEMQ_DEADLINE_MARGIN` (default
     /// `2s`), `IDEMQ_BACKOFF_BASE` (default `2s`), `IDEMQ_BACKOFF_CAP`
-    /// (default `15m`).
+    /// (default `15m`), `IDEMQ_CONTENTION_RETRIES` (default 3, at most
+    /// 100).
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -379,6 +396,17 @@ impl BatchConfig {
                     value: v.clone(),
                     why: "a whole number from 1 to 1000".into(),
                 })?;
+        }
+        if let Some(v) = get("IDEMQ_CONTENTION_RETRIES") {
+            c.contention_retries =
+                v.parse()
+                    .ok()
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| ConfigError::Invalid {
+                        var: "IDEMQ_CONTENTION_RETRIES",
+                        value: v.clone(),
+                        why: "a whole number from 0 to 100".into(),
+                    })?;
         }
         if let Some(v) = get("IDEMQ_DEADLINE_MARGIN") {
             c.deadline_margin = parse_duration("IDEMQ_DEADLINE_MARGIN", &v)?;
@@ -434,6 +462,19 @@ mod tests {
         assert!(bad.unwrap_err().to_string().contains("IDEMQ_CONCURRENCY"));
         let bad = BatchConfig::from_lookup(|k| (k == "IDEMQ_BACKOFF_CAP").then(|| "13h".into()));
         assert!(bad.is_err());
+        assert_eq!(BatchConfig::default().contention_retries, 3);
+        let c = BatchConfig::from_lookup(|k| (k == "IDEMQ_CONTENTION_RETRIES").then(|| "0".into()))
+            .unwrap();
+        assert_eq!(c.contention_retries, 0);
+        for bad in ["-1", "101", "many"] {
+            let err =
+                BatchConfig::from_lookup(|k| (k == "IDEMQ_CONTENTION_RETRIES").then(|| bad.into()))
+                    .unwrap_err();
+            assert!(
+                err.to_string().contains("IDEMQ_CONTENTION_RETRIES"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -296,6 +296,7 @@ impl DeadLetters {
             "rejected" => crate::classify::FailureKind::Rejected,
             "panic" => crate::classify::FailureKind::Panic,
             "timeout" => crate::classify::FailureKind::Timeout,
+            "contended" => crate::classify::FailureKind::Contended,
             _ => crate::classify::FailureKind::Transient,
         };
         let chain = item

@@ -111,6 +111,8 @@ pub struct Write {
     pub(crate) condition: Option<String>,
     pub(crate) names: HashMap<String, String>,
     pub(crate) values: Item,
+    // Optimistic concurrency (issue 14 part 2): see `Write::optimistic`.
+    optimistic: bool,
 }
 
 impl Write {
@@ -122,6 +124,7 @@ impl Write {
             condition: None,
             names: HashMap::new(),
             values: HashMap::new(),
+            optimistic: false,
         }
     }
 
@@ -156,6 +159,38 @@ impl Write {
     pub fn condition(mut self, expression: impl Into<String>) -> Self {
         self.condition = Some(expression.into());
         self
+    }
+
+    /// Marks this write's condition as an optimistic-concurrency guard: it
+    /// checks that state the handler *read* is unchanged (`version =
+    /// :read`), so a failed condition means "the state moved under me" — a
+    /// lost race, not a business rule saying no. Such a failure is a
+    /// [`Contended`](crate::CommitOutcome::Contended) outcome and idemq
+    /// runs the handler again (re-reading) instead of dead-lettering the
+    /// job; after `BatchConfig::contention_retries` lost races in one
+    /// invocation it backs off like any transient failure. A failed
+    /// condition on a write *not* so marked stays a
+    /// [`Rejected`](crate::CommitOutcome::Rejected) (DLQ now).
+    ///
+    /// ```
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use idemq::effect::{Key, Write};
+    /// let write = Write::update("bank", Key::string("pk", "account#a"), "SET balance = :b, version = :next")
+    ///     .condition("version = :read")
+    ///     .value(":b", AttributeValue::N("30".into()))
+    ///     .value(":next", AttributeValue::N("8".into()))
+    ///     .value(":read", AttributeValue::N("7".into()))
+    ///     .optimistic();
+    /// assert!(write.is_optimistic());
+    /// ```
+    pub fn optimistic(mut self) -> Self {
+        self.optimistic = true;
+        self
+    }
+
+    /// Whether [`Write::optimistic`] marked this write.
+    pub fn is_optimistic(&self) -> bool {
+        self.optimistic
     }
 
     /// An expression attribute name (`#name`).

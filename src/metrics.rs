@@ -12,6 +12,7 @@
 //! | `JobsRetried`      | Count        | jobs handed back to SQS to retry    |
 //! | `JobsDeadLettered` | Count        | jobs given up on                    |
 //! | `JobsConflict`     | Count        | same job id, different payload      |
+//! | `JobsContended`    | Count        | optimistic-concurrency races lost (each lost race, also those re-run at once) |
 //! | `JobDuration`      | Milliseconds | one value per job                   |
 //! | `BatchSize`        | Count        | messages in the batch               |
 //!
@@ -51,6 +52,11 @@ pub struct BatchMetrics {
     pub dead_lettered: u64,
     /// Jobs whose id was committed with another payload (`JobsConflict`).
     pub conflict: u64,
+    /// Optimistic-concurrency races lost (`JobsContended`): every commit
+    /// that failed only on a [`Write::optimistic`](crate::effect::Write::optimistic)
+    /// condition, whether the job was then re-run at once or backed off. A
+    /// job can lose several, so this can exceed the batch size.
+    pub contended: u64,
     /// Messages received in the batch (after `absorb`: in all batches).
     pub batch_size: u64,
     /// One entry per job that ran, in the order they finished.
@@ -110,6 +116,7 @@ impl BatchMetrics {
         self.retried = self.retried.saturating_add(other.retried);
         self.dead_lettered = self.dead_lettered.saturating_add(other.dead_lettered);
         self.conflict = self.conflict.saturating_add(other.conflict);
+        self.contended = self.contended.saturating_add(other.contended);
         self.batch_size = self.batch_size.saturating_add(other.batch_size);
         self.job_durations.extend_from_slice(&other.job_durations);
     }
@@ -118,6 +125,8 @@ impl BatchMetrics {
     ///
     /// `jobs` is [`batch_size`](Self::batch_size), the messages received;
     /// percentiles are nearest-rank over [`job_durations`](Self::job_durations).
+    /// Lost races ([`contended`](Self::contended)) are shown when there
+    /// were any (`…, conflict 0, contended 12; …`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -145,8 +154,12 @@ impl BatchMetrics {
             }
             _ => "no job durations".to_owned(),
         };
+        let contended = match self.contended {
+            0 => String::new(),
+            n => format!(", contended {n}"),
+        };
         format!(
-            "jobs {}: succeeded {}, duplicate {}, retried {}, dead-lettered {}, conflict {}; {latency}",
+            "jobs {}: succeeded {}, duplicate {}, retried {}, dead-lettered {}, conflict {}{contended}; {latency}",
             self.batch_size,
             self.succeeded,
             self.duplicate,
@@ -156,13 +169,14 @@ impl BatchMetrics {
         )
     }
 
-    fn counters(&self) -> [(&'static str, u64); 6] {
+    fn counters(&self) -> [(&'static str, u64); 7] {
         [
             ("JobsSucceeded", self.succeeded),
             ("JobsDuplicate", self.duplicate),
             ("JobsRetried", self.retried),
             ("JobsDeadLettered", self.dead_lettered),
             ("JobsConflict", self.conflict),
+            ("JobsContended", self.contended),
             ("BatchSize", self.batch_size),
         ]
     }
@@ -228,12 +242,13 @@ fn format_ms(d: Duration) -> String {
 mod tests {
     use super::*;
 
-    const COUNTERS: [&str; 6] = [
+    const COUNTERS: [&str; 7] = [
         "JobsSucceeded",
         "JobsDuplicate",
         "JobsRetried",
         "JobsDeadLettered",
         "JobsConflict",
+        "JobsContended",
         "BatchSize",
     ];
 
@@ -288,6 +303,7 @@ mod tests {
             retried: 3,
             dead_lettered: 1,
             conflict: 4,
+            contended: 9,
             batch_size: 17,
             job_durations: vec![
                 ms(12),
@@ -322,6 +338,7 @@ mod tests {
         assert_eq!(line["JobsRetried"], 3);
         assert_eq!(line["JobsDeadLettered"], 1);
         assert_eq!(line["JobsConflict"], 4);
+        assert_eq!(line["JobsContended"], 9);
         assert_eq!(line["BatchSize"], 17);
         assert_eq!(
             line["JobDuration"],
@@ -329,7 +346,7 @@ mod tests {
             "milliseconds with 3 decimals, in order"
         );
         // Nothing beyond the metrics, the dimension and `_aws`.
-        assert_eq!(line.as_object().unwrap().len(), 6 + 1 + 1 + 1);
+        assert_eq!(line.as_object().unwrap().len(), 7 + 1 + 1 + 1);
     }
 
     #[test]
@@ -424,6 +441,7 @@ mod tests {
         assert_eq!(total.retried, 6);
         assert_eq!(total.dead_lettered, 2);
         assert_eq!(total.conflict, 8);
+        assert_eq!(total.contended, 18);
         assert_eq!(total.batch_size, 34);
         assert_eq!(total.job_durations.len(), 10);
         assert_eq!(total.job_durations[5..], sample().job_durations[..]);
@@ -448,6 +466,7 @@ mod tests {
             retried: 30,
             dead_lettered: 12,
             conflict: 0,
+            contended: 0,
             batch_size: 542,
             job_durations: durations,
         };
@@ -455,6 +474,15 @@ mod tests {
             total.summary(),
             "jobs 542: succeeded 400, duplicate 100, retried 30, dead-lettered 12, \
              conflict 0; p50 50 ms, p99 99 ms"
+        );
+        let raced = BatchMetrics {
+            contended: 12,
+            ..total
+        };
+        assert!(
+            raced.summary().contains("conflict 0, contended 12; p50"),
+            "{}",
+            raced.summary()
         );
     }
 
