@@ -42,6 +42,7 @@ use crate::classify::{Attempt, Failure, Verdict, classify};
 use crate::commit::{Committer, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
+use crate::followup::FollowUpSender;
 use crate::handler::{Handler, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
@@ -192,6 +193,8 @@ pub struct Processor<H> {
     sqs: aws_sdk_sqs::Client,
     resolver: JobIdResolver,
     config: BatchConfig,
+    /// Sends committed jobs' follow-ups, with `sqs` ([`crate::followup`]).
+    follow_ups: FollowUpSender,
 }
 
 impl<H: Handler> Processor<H> {
@@ -211,6 +214,7 @@ impl<H: Handler> Processor<H> {
             handler: Arc::new(handler),
             committer,
             dead_letters,
+            follow_ups: FollowUpSender::new(sqs.clone()),
             sqs,
             resolver,
             config,
@@ -369,6 +373,7 @@ impl<H: Handler> Processor<H> {
                             job_id: id.clone(),
                             attempt: msg.receive_count,
                             queue: queue.name.clone(),
+                            queue_url: queue.url.clone(),
                             message_id: msg.message_id.clone(),
                             deadline,
                         };
@@ -383,7 +388,16 @@ impl<H: Handler> Processor<H> {
                                 payload_hash: &hash,
                                 queue: &queue.name,
                             };
-                            Ok::<_, Attempt>(self.committer.commit(job, &effect).await)
+                            // Follow-ups go out after the commit and before
+                            // the acknowledgement (src/followup.rs).
+                            let commit = match self.committer.settle(job, &effect).await {
+                                Ok((outcome, stored)) => Ok(self
+                                    .follow_ups
+                                    .after_commit(&effect, outcome, stored)
+                                    .await),
+                                Err(e) => Err(e),
+                            };
+                            Ok::<_, Attempt>(commit)
                         };
                         let guarded = AssertUnwindSafe(work).catch_unwind();
                         match tokio::time::timeout_at(budget.abandon_at, guarded).await {
