@@ -210,3 +210,50 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
     assert_eq!(sent_to(&kit, "next").len(), 2);
     assert_eq!(balance(&kit, "a").as_deref(), Some("1"));
 }
+
+#[path = "../examples/followup_chain.rs"]
+mod chain;
+
+/// examples/followup_chain.rs: a charge commits and sends its receipt job;
+/// the receipt, delivered twice, is recorded once; a second charge of the
+/// same order (a redelivery) re-sends the receipt, which stays recorded once.
+#[tokio::test]
+async fn the_follow_up_chain_example_charges_then_records_the_receipt_once() {
+    let kit = TestKit::new(chain::Orders { table: TABLE.into() }, TABLE);
+    let charge = r#"{"step":"charge","order_id":"o-1","amount":25}"#;
+    let run = kit
+        .run_json(&event(&[("m-1", charge, "o-1", 1)]))
+        .await
+        .unwrap();
+    assert!(run.failed_ids().is_empty());
+    let order = kit.item(&Key::string("pk", "order#o-1")).unwrap();
+    assert_eq!(order["status"].as_s().unwrap(), "charged");
+    let sent = sent_to(&kit, QUEUE);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].attribute("idemq-job-id"), Some("o-1/receipt"));
+
+    let receipt = sent[0].body.clone();
+    let run = kit
+        .run_json(&event(&[
+            ("m-2", &receipt, "o-1/receipt", 1),
+            ("m-3", &receipt, "o-1/receipt", 1),
+        ]))
+        .await
+        .unwrap();
+    assert!(run.failed_ids().is_empty());
+    let stored = kit.item(&Key::string("pk", "receipt#o-1")).unwrap();
+    assert_eq!(stored["amount"].as_n().unwrap(), "25");
+    assert_eq!(sent_to(&kit, QUEUE).len(), 1, "a receipt starts nothing");
+
+    // The charge redelivered: a duplicate that sends its receipt again.
+    kit.run_json(&event(&[("m-1", charge, "o-1", 2)]))
+        .await
+        .unwrap();
+    assert_eq!(sent_to(&kit, QUEUE).len(), 2);
+    let receipts = kit
+        .items()
+        .into_iter()
+        .filter(|i| i["pk"].as_s().unwrap().starts_with("receipt#"))
+        .count();
+    assert_eq!(receipts, 1);
+}
