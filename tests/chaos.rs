@@ -449,7 +449,7 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
     }
 }
 
-/// 14. Follow-up jobs exactly once (src/followup.rs): ledger workers
+/// 15. Follow-up jobs exactly once (src/followup.rs): ledger workers
 /// (examples/ledger.rs) take transfers with `then_credit`, 10% of them sent
 /// twice, while they die at a failpoint between the commit and the
 /// follow-up send and by SIGKILL at random instants. Every account, first
@@ -457,7 +457,7 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
 /// a rejected and a conflicting transfer each send no follow-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "chaos suite: make test-chaos"]
-async fn s14_follow_ups_exactly_once_through_kills() {
+async fn s15_follow_ups_exactly_once_through_kills() {
     use aws_sdk_dynamodb::types::AttributeValue;
     use std::collections::HashMap;
 
@@ -500,7 +500,7 @@ async fn s14_follow_ups_exactly_once_through_kills() {
         }
     })
     .await;
-    eprintln!("s14: {n} transfers, SIGKILLs {kills}, deaths {}", w.restarts);
+    eprintln!("s15: {n} transfers, SIGKILLs {kills}, deaths {}", w.restarts);
     // More deaths than SIGKILLs: the failpoint fired too.
     assert!(
         w.restarts > kills,
