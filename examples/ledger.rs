@@ -105,7 +105,8 @@ impl Handler for Ledger {
             Some(account) => {
                 let queue = std::env::var("LEDGER_THEN_QUEUE_URL").unwrap_or(meta.queue_url);
                 let id = format!("{}/then", t.transfer_id);
-                let next = serde_json::json!({"transfer_id": id, "account": account, "amount": t.amount});
+                let next =
+                    serde_json::json!({"transfer_id": id, "account": account, "amount": t.amount});
                 effect.then_send(FollowUp::new(queue, id, &next).map_err(JobError::permanent)?)
             }
             None => effect,

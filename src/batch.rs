@@ -391,10 +391,9 @@ impl<H: Handler> Processor<H> {
                             // Follow-ups go out after the commit and before
                             // the acknowledgement (src/followup.rs).
                             let commit = match self.committer.settle(job, &effect).await {
-                                Ok((outcome, stored)) => Ok(self
-                                    .follow_ups
-                                    .after_commit(&effect, outcome, stored)
-                                    .await),
+                                Ok((outcome, stored)) => {
+                                    Ok(self.follow_ups.after_commit(&effect, outcome, stored).await)
+                                }
                                 Err(e) => Err(e),
                             };
                             Ok::<_, Attempt>(commit)

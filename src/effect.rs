@@ -738,7 +738,11 @@ impl Effect {
     /// The follow-ups' part of [`Effect::validate`]: each one as SQS would
     /// take it, and the marker that stores them within DynamoDB's item
     /// limit (`total`: the effect's bytes so far, for the 4 MB limit).
-    fn validate_follow_ups(&self, marker: &MarkerSlot<'_>, total: usize) -> Result<(), EffectError> {
+    fn validate_follow_ups(
+        &self,
+        marker: &MarkerSlot<'_>,
+        total: usize,
+    ) -> Result<(), EffectError> {
         let bytes = crate::followup::check_all(self)?;
         if bytes == 0 {
             return Ok(());

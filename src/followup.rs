@@ -46,9 +46,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageAttributeValue;
-use aws_sdk_dynamodb::primitives::Blob;
 use serde::Serialize;
 
 use crate::commit::CommitOutcome;
@@ -267,7 +267,10 @@ impl FollowUp {
             });
         }
         if self.body.is_empty() {
-            return Err(FollowUpError::Empty { index, what: "body" });
+            return Err(FollowUpError::Empty {
+                index,
+                what: "body",
+            });
         }
         if let Some(name) = self
             .attributes
@@ -299,7 +302,10 @@ impl FollowUp {
     /// attributes' values as they are).
     fn to_attribute(&self) -> AttributeValue {
         let mut m = HashMap::from([
-            ("queue".to_owned(), AttributeValue::S(self.queue_url.clone())),
+            (
+                "queue".to_owned(),
+                AttributeValue::S(self.queue_url.clone()),
+            ),
             ("job_id".to_owned(), AttributeValue::S(self.job_id.clone())),
             ("body".to_owned(), AttributeValue::S(self.body.clone())),
         ]);
@@ -409,7 +415,9 @@ pub(crate) fn from_marker(item: &Item) -> Result<Vec<FollowUp>, String> {
         .enumerate()
         .map(|(i, v)| {
             FollowUp::from_attribute(v).ok_or_else(|| {
-                format!("the marker's follow-up {i} is not one idemq stored ({FOLLOW_UPS_ATTRIBUTE})")
+                format!(
+                    "the marker's follow-up {i} is not one idemq stored ({FOLLOW_UPS_ATTRIBUTE})"
+                )
             })
         })
         .collect()
@@ -541,7 +549,10 @@ mod tests {
         let item = stored(&[f.clone(), plain.clone()]);
         assert_eq!(from_marker(&item), Ok(vec![f, plain]));
         assert_eq!(from_marker(&Item::new()), Ok(vec![]));
-        let bad = Item::from([(FOLLOW_UPS_ATTRIBUTE.to_owned(), AttributeValue::S("x".into()))]);
+        let bad = Item::from([(
+            FOLLOW_UPS_ATTRIBUTE.to_owned(),
+            AttributeValue::S("x".into()),
+        )]);
         assert!(from_marker(&bad).is_err());
     }
 
@@ -634,7 +645,10 @@ mod tests {
             .marked_by(Write::put(
                 "t",
                 Key::string("pk", "order#1"),
-                Item::from([(FOLLOW_UPS_ATTRIBUTE.to_owned(), AttributeValue::S("x".into()))]),
+                Item::from([(
+                    FOLLOW_UPS_ATTRIBUTE.to_owned(),
+                    AttributeValue::S("x".into()),
+                )]),
             ))
             .then_send(FollowUp::raw(URL, "a", "{}"));
         assert!(matches!(

@@ -500,7 +500,10 @@ async fn s15_follow_ups_exactly_once_through_kills() {
         }
     })
     .await;
-    eprintln!("s15: {n} transfers, SIGKILLs {kills}, deaths {}", w.restarts);
+    eprintln!(
+        "s15: {n} transfers, SIGKILLs {kills}, deaths {}",
+        w.restarts
+    );
     // More deaths than SIGKILLs: the failpoint fired too.
     assert!(
         w.restarts > kills,

@@ -173,8 +173,11 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
             let n = counter.fetch_add(1, Ordering::SeqCst);
             async move {
                 let next_url = meta.queue_url.replace(QUEUE, "next");
-                let credit = Write::update(TABLE, Key::string("pk", "account#a"), "ADD balance :one")
-                    .value(":one", aws_sdk_dynamodb::types::AttributeValue::N("1".into()));
+                let credit =
+                    Write::update(TABLE, Key::string("pk", "account#a"), "ADD balance :one").value(
+                        ":one",
+                        aws_sdk_dynamodb::types::AttributeValue::N("1".into()),
+                    );
                 // A handler that is not deterministic: each run would send
                 // another body.
                 let follow = FollowUp::raw(next_url, "j-1/next", format!("{{\"run\":{n}}}"))
@@ -184,7 +187,10 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
         }),
         TABLE,
     );
-    let run = kit.run_json(&event(&[("m-1", "{}", "j-1", 1)])).await.unwrap();
+    let run = kit
+        .run_json(&event(&[("m-1", "{}", "j-1", 1)]))
+        .await
+        .unwrap();
     assert_eq!(run.failed_ids(), vec!["m-1"], "not acknowledged");
     assert_eq!(balance(&kit, "a").as_deref(), Some("1"), "committed");
     let marker: Item = kit.marker("j-1").expect("the marker is committed");
@@ -194,7 +200,10 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
     assert!(error.contains("follow-up not sent"), "{error}");
 
     kit.sqs().create_queue(QueueSpec::new("next"));
-    let run = kit.run_json(&event(&[("m-1", "{}", "j-1", 2)])).await.unwrap();
+    let run = kit
+        .run_json(&event(&[("m-1", "{}", "j-1", 2)]))
+        .await
+        .unwrap();
     assert!(run.failed_ids().is_empty(), "acknowledged as a duplicate");
     assert_eq!(balance(&kit, "a").as_deref(), Some("1"), "applied once");
     let sent = sent_to(&kit, "next");
@@ -206,7 +215,9 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
 
     // Every later redelivery re-sends it again (at least once; its
     // consumer deduplicates by job id).
-    kit.run_json(&event(&[("m-1", "{}", "j-1", 3)])).await.unwrap();
+    kit.run_json(&event(&[("m-1", "{}", "j-1", 3)]))
+        .await
+        .unwrap();
     assert_eq!(sent_to(&kit, "next").len(), 2);
     assert_eq!(balance(&kit, "a").as_deref(), Some("1"));
 }
@@ -219,7 +230,12 @@ mod chain;
 /// same order (a redelivery) re-sends the receipt, which stays recorded once.
 #[tokio::test]
 async fn the_follow_up_chain_example_charges_then_records_the_receipt_once() {
-    let kit = TestKit::new(chain::Orders { table: TABLE.into() }, TABLE);
+    let kit = TestKit::new(
+        chain::Orders {
+            table: TABLE.into(),
+        },
+        TABLE,
+    );
     let charge = r#"{"step":"charge","order_id":"o-1","amount":25}"#;
     let run = kit
         .run_json(&event(&[("m-1", charge, "o-1", 1)]))

@@ -222,7 +222,11 @@ async fn run(commit: Commit) -> (Verdict, Fake) {
         retention: Duration::from_secs(4 * 24 * 3600),
     };
     let report = processor
-        .process(&queue, &[message()], Instant::now() + Duration::from_secs(60))
+        .process(
+            &queue,
+            &[message()],
+            Instant::now() + Duration::from_secs(60),
+        )
         .await;
     let verdict = report.verdicts.into_iter().next().unwrap().1;
     (verdict, fake)
@@ -241,8 +245,7 @@ async fn the_follow_up_is_stored_with_the_commit_and_sent_after_it() {
     let tx = fake.request("TransactWriteItems").unwrap();
     let marker = &tx["TransactItems"][0]["Put"]["Item"];
     assert_eq!(
-        marker[FOLLOW_UPS_ATTRIBUTE]["L"][0]["M"]["job_id"]["S"],
-        "order-7/receipt",
+        marker[FOLLOW_UPS_ATTRIBUTE]["L"][0]["M"]["job_id"]["S"], "order-7/receipt",
         "{tx}"
     );
     let sent = fake.request("SendMessageBatch").unwrap();
@@ -262,9 +265,17 @@ async fn a_job_that_does_not_commit_sends_no_follow_up() {
         matches!(&verdict, Verdict::DeadLetter { failure } if failure.kind == FailureKind::Rejected),
         "{verdict:?}"
     );
-    assert!(!fake.ops().contains(&"SendMessageBatch".to_owned()), "{:?}", fake.ops());
+    assert!(
+        !fake.ops().contains(&"SendMessageBatch".to_owned()),
+        "{:?}",
+        fake.ops()
+    );
 
     let (verdict, fake) = run(Commit::Throttled).await;
     assert!(matches!(verdict, Verdict::Retry { .. }), "{verdict:?}");
-    assert!(!fake.ops().contains(&"SendMessageBatch".to_owned()), "{:?}", fake.ops());
+    assert!(
+        !fake.ops().contains(&"SendMessageBatch".to_owned()),
+        "{:?}",
+        fake.ops()
+    );
 }

@@ -153,11 +153,9 @@ impl Committer {
         match (failed, single) {
             (None, _) => Ok(CommitOutcome::Committed),
             (Some(Failed::Classified(outcome)), _) => outcome,
-            (Some(Failed::Condition(item)), Single::Marker(_)) => {
-                Ok(self
-                    .compare_marker(job, effect, item.as_ref(), stored)
-                    .await)
-            }
+            (Some(Failed::Condition(item)), Single::Marker(_)) => Ok(self
+                .compare_marker(job, effect, item.as_ref(), stored)
+                .await),
             // An upsert has no condition to fail; if DynamoDB says it did,
             // it is the write's, as in a transaction.
             (Some(Failed::Condition(_)), Single::Upsert(_)) => Ok(CommitOutcome::Rejected {
