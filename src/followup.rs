@@ -5,7 +5,7 @@
 //! reserve stock). Sent by the handler itself, the next job would go out
 //! even when this job's commit then fails (rejected, a conflict, a crash),
 //! or be lost when the process dies between the commit and the send. So a
-//! handler adds it to its [`Effect`](crate::Effect) instead
+//! handler adds it to its [`Effect`] instead
 //! ([`Effect::then_send`](crate::Effect::then_send)), and idemq:
 //!
 //! 1. **stores the follow-ups in the job's marker** (the separate marker
@@ -13,7 +13,7 @@
 //!    `TransactWriteItems` / `PutItem` as the effect: they exist exactly
 //!    when the effect committed. No extra read or write.
 //! 2. **sends them after the commit, before the acknowledgement**, with the
-//!    [`Producer`](crate::Producer) (each with its own `idemq-job-id`, on a
+//!    [`Producer`] (each with its own `idemq-job-id`, on a
 //!    FIFO queue a deduplication id derived from it). If a send fails, the
 //!    job is *not* acknowledged: it stays on the queue and is retried.
 //! 3. **re-sends them from the marker on a redelivery**: a redelivered job
@@ -38,7 +38,7 @@
 //! refused *after* the commit could never be sent. The checks: a valid job
 //! id, each job id once per effect, a non-empty body, at most
 //! [`MAX_FOLLOW_UP_BYTES`] with its attributes, at most
-//! [`MAX_ATTRIBUTES`](crate::producer::MAX_ATTRIBUTES) attributes with
+//! [`MAX_ATTRIBUTES`] attributes with
 //! `idemq-job-id`, no `idemq-` attribute of its own, a group on a queue
 //! whose name ends in `.fifo` ("FIFO queue names must end with the .fifo
 //! suffix", <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-fifo.html>),
