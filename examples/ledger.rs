@@ -10,6 +10,11 @@
 //! units than a consumer without deduplication.
 //!
 //! - an amount ≤ 0, or a missing field, is a permanent error (DLQ now);
+//! - `"then_credit": "<account>"` in a transfer adds a follow-up job
+//!   ([`idemq::followup`]): the transfer `{"transfer_id":
+//!   "<transfer_id>/then", "account": "<then_credit>", "amount": <amount>}`,
+//!   job id `<transfer_id>/then`, to `LEDGER_THEN_QUEUE_URL` or else the
+//!   transfer's own queue, sent if and only if this transfer commits;
 //! - accounts listed in `LEDGER_FAIL_ACCOUNTS` (comma-separated) simulate a
 //!   downstream outage: their jobs fail transiently, are retried with
 //!   backoff, and end in the DLQ after maxReceiveCount receives;
@@ -24,6 +29,7 @@ use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::effect::Item;
+use idemq::followup::FollowUp;
 use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::{Effect, Key, Write};
 use serde::Deserialize;
@@ -33,6 +39,10 @@ pub struct Transfer {
     pub transfer_id: String,
     pub account: String,
     pub amount: i64,
+    /// An account to credit next, by a follow-up transfer
+    /// `<transfer_id>/then` sent if and only if this one commits.
+    #[serde(default)]
+    pub then_credit: Option<String>,
 }
 
 pub struct Ledger {
@@ -68,7 +78,7 @@ pub enum LedgerError {
 impl Handler for Ledger {
     type Job = Transfer;
 
-    async fn handle(&self, t: Transfer, _meta: JobMeta) -> Result<Effect, JobError> {
+    async fn handle(&self, t: Transfer, meta: JobMeta) -> Result<Effect, JobError> {
         if t.amount <= 0 {
             return Err(JobError::permanent(LedgerError::NotPositive(t.amount)));
         }
@@ -80,7 +90,7 @@ impl Handler for Ledger {
             ("account".to_string(), AttributeValue::S(t.account.clone())),
             ("amount".to_string(), amount.clone()),
         ]);
-        Ok(Effect::new()
+        let effect = Effect::new()
             .with(
                 Write::update(
                     &self.table,
@@ -93,7 +103,17 @@ impl Handler for Ledger {
                 &self.table,
                 Key::string("pk", format!("entry#{}", t.transfer_id)),
                 entry,
-            )))
+            ));
+        Ok(match &t.then_credit {
+            Some(account) => {
+                let queue = std::env::var("LEDGER_THEN_QUEUE_URL").unwrap_or(meta.queue_url);
+                let id = format!("{}/then", t.transfer_id);
+                let next =
+                    serde_json::json!({"transfer_id": id, "account": account, "amount": t.amount});
+                effect.then_send(FollowUp::new(queue, id, &next).map_err(JobError::permanent)?)
+            }
+            None => effect,
+        })
     }
 }
 

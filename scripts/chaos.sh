@@ -14,8 +14,10 @@ scripts/stack.sh up
 set -a; . .state/stack.env; set +a
 
 # Failpoints change only idemq's own crate: the dependencies are reused.
-cargo build --locked --features failpoints --example lambda_probe
+# The ledger is the follow-up scenario's worker (then_credit).
+cargo build --locked --features failpoints --example lambda_probe --example ledger
 export CHAOS_PROBE="$PWD/target/debug/examples/lambda_probe"
+export CHAOS_LEDGER="$PWD/target/debug/examples/ledger"
 export CHAOS_JOBS="${CHAOS_JOBS:-1000}"
 echo "== chaos suite (${CHAOS_JOBS} jobs per scenario at most)"
 cargo test --locked --features failpoints --test chaos -- --ignored --test-threads=1 --nocapture 2>&1 \

@@ -43,6 +43,7 @@ use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
 use crate::commit::{Committer, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
+use crate::followup::FollowUpSender;
 use crate::handler::{Handler, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
@@ -193,6 +194,8 @@ pub struct Processor<H> {
     sqs: aws_sdk_sqs::Client,
     resolver: JobIdResolver,
     config: BatchConfig,
+    /// Sends committed jobs' follow-ups, with `sqs` ([`crate::followup`]).
+    follow_ups: FollowUpSender,
 }
 
 impl<H: Handler> Processor<H> {
@@ -212,6 +215,7 @@ impl<H: Handler> Processor<H> {
             handler: Arc::new(handler),
             committer,
             dead_letters,
+            follow_ups: FollowUpSender::new(sqs.clone()),
             sqs,
             resolver,
             config,
@@ -374,6 +378,7 @@ impl<H: Handler> Processor<H> {
                             job_id: id.clone(),
                             attempt: msg.receive_count,
                             queue: queue.name.clone(),
+                            queue_url: queue.url.clone(),
                             message_id: msg.message_id.clone(),
                             deadline,
                         };
@@ -401,7 +406,16 @@ impl<H: Handler> Processor<H> {
                                         .handle(job, meta)
                                         .await
                                         .map_err(Attempt::Handler)?;
-                                    Ok(self.committer.commit(job_ref, &effect).await)
+                                    // Follow-ups go out after the commit and
+                                    // before the acknowledgement
+                                    // (src/followup.rs).
+                                    Ok(match self.committer.settle(job_ref, &effect).await {
+                                        Ok((outcome, stored)) => Ok(self
+                                            .follow_ups
+                                            .after_commit(&effect, outcome, stored)
+                                            .await),
+                                        Err(e) => Err(e),
+                                    })
                                 }
                             },
                         );

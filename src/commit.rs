@@ -165,19 +165,42 @@ impl Committer {
         job: JobRef<'_>,
         effect: &Effect,
     ) -> Result<CommitOutcome, CommitError> {
+        self.commit_into(job, effect, &mut None).await
+    }
+
+    /// [`Committer::commit`], and for a [`CommitOutcome::Duplicate`] the
+    /// marker item as stored (the follow-ups it carries are sent again:
+    /// [`crate::followup`]).
+    pub(crate) async fn settle(
+        &self,
+        job: JobRef<'_>,
+        effect: &Effect,
+    ) -> Result<(CommitOutcome, Option<Item>), CommitError> {
+        let mut stored = None;
+        let outcome = self.commit_into(job, effect, &mut stored).await?;
+        Ok((outcome, stored))
+    }
+
+    /// The commit; a duplicate's stored marker goes into `stored`.
+    async fn commit_into(
+        &self,
+        job: JobRef<'_>,
+        effect: &Effect,
+        stored: &mut Option<Item>,
+    ) -> Result<CommitOutcome, CommitError> {
         effect.validate(&self.slot())?;
         if let Some(write) = single::eligible(effect) {
-            return self.commit_single(job, effect, write).await;
+            return self.commit_single(job, effect, write, stored).await;
         }
         let plan = Plan::of(effect);
         let mut items = Vec::with_capacity(effect.len() + 1);
         if effect.uses_separate_marker() {
-            items.push(self.marker_put(job, crate::clock::now())?);
+            items.push(self.marker_put(job, crate::clock::now(), effect)?);
         }
         for (index, write) in effect.writes().iter().enumerate() {
             items.push(if effect.fused_index() == Some(index) {
                 TransactWriteItem::builder()
-                    .put(self.fused_put(job, write)?.into_put()?)
+                    .put(self.fused_put(job, write, effect)?.into_put()?)
                     .build()
             } else {
                 write.to_sdk()?
@@ -222,7 +245,9 @@ impl Committer {
                 let named = key_schema_attribute(&message).flatten();
                 Ok(self.key_schema_mismatch(effect, plan, Some(index), named, &message))
             }
-            Cancellation::MarkerExists(item) => Ok(self.compare_marker(job, effect, item).await),
+            Cancellation::MarkerExists(item) => {
+                Ok(self.compare_marker(job, effect, item, stored).await)
+            }
         }
     }
 
@@ -307,6 +332,7 @@ impl Committer {
         job: JobRef<'_>,
         effect: &Effect,
         returned: Option<&Item>,
+        duplicate_of: &mut Option<Item>,
     ) -> CommitOutcome {
         let fused = effect.fused_index().zip(effect.fused_marker());
         let read = match returned {
@@ -353,7 +379,10 @@ impl Committer {
                     },
                 }
             }
-            (Some(m), _) if &m.payload_hash == job.payload_hash => CommitOutcome::Duplicate,
+            (Some(m), _) if &m.payload_hash == job.payload_hash => {
+                *duplicate_of = Some(stored);
+                CommitOutcome::Duplicate
+            }
             (Some(m), _) => CommitOutcome::Conflict {
                 stored_hash: m.payload_hash,
             },
@@ -413,13 +442,14 @@ impl Committer {
         &self,
         job: JobRef<'_>,
         now: SystemTime,
+        effect: &Effect,
     ) -> Result<TransactWriteItem, EffectError> {
         let l = &self.layout;
         let expires_at = (now + self.marker_ttl)
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let item: Item = HashMap::from([
+        let mut item: Item = HashMap::from([
             (
                 l.partition_key.clone(),
                 AttributeValue::S(l.marker_key(job.id.as_str())),
@@ -439,6 +469,7 @@ impl Committer {
                 AttributeValue::N(expires_at.to_string()),
             ),
         ]);
+        item.extend(crate::followup::stored(effect.follow_ups()));
         let put = Put::builder()
             .table_name(&l.table_name)
             .set_item(Some(item))
@@ -454,7 +485,12 @@ impl Committer {
     /// payload hash, put only if no item has its key, and returning the
     /// item that has it when one does. Validation has checked that `write`
     /// is a Put without a condition of its own.
-    fn fused_put(&self, job: JobRef<'_>, write: &Write) -> Result<FusedPut, EffectError> {
+    fn fused_put(
+        &self,
+        job: JobRef<'_>,
+        write: &Write,
+        effect: &Effect,
+    ) -> Result<FusedPut, EffectError> {
         let crate::effect::WriteKind::Put { attributes } = write.kind() else {
             return Err(EffectError::Build("a fused marker must be a Put".into()));
         };
@@ -468,6 +504,7 @@ impl Committer {
             self.layout.payload_hash.clone(),
             AttributeValue::S(job.payload_hash.to_string()),
         );
+        item.extend(crate::followup::stored(effect.follow_ups()));
         // Any key attribute exists exactly when the item does; the
         // smallest name, so the request is the same on every call.
         let key_attribute = write

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use crate::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp, FollowUpError};
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck as SdkConditionCheck, Delete as SdkDelete, Put as SdkPut,
     TransactWriteItem, Update as SdkUpdate,
@@ -322,6 +323,8 @@ impl Write {
 pub struct Effect {
     writes: Vec<Write>,
     marker: Marking,
+    /// Jobs sent if and only if this effect commits ([`Effect::then_send`]).
+    follow_ups: Vec<FollowUp>,
 }
 
 /// How an effect's job is marked done.
@@ -349,6 +352,7 @@ impl Effect {
         Self {
             writes: Vec::new(),
             marker: Marking::Separate,
+            follow_ups: Vec::new(),
         }
     }
 
@@ -520,7 +524,7 @@ impl Effect {
         if total > MAX_TRANSACTION_BYTES {
             return Err(EffectError::TooLarge { bytes: total });
         }
-        Ok(())
+        self.validate_follow_ups(marker, total)
     }
 }
 
@@ -529,6 +533,7 @@ impl FromIterator<Write> for Effect {
         Self {
             writes: iter.into_iter().collect(),
             marker: Marking::Separate,
+            follow_ups: Vec::new(),
         }
     }
 }
@@ -726,7 +731,89 @@ pub enum EffectError {
     /// The SDK refused to build the request.
     #[error("could not build the DynamoDB request: {0}")]
     Build(String),
+    /// A follow-up job cannot be sent as it is, or does not fit its marker.
+    #[error("invalid follow-up: {0}")]
+    FollowUp(#[from] FollowUpError),
 }
+
+// ---- Follow-up jobs (src/followup.rs): sent if and only if the effect commits.
+
+impl Effect {
+    /// Adds a follow-up job: sent, with its own `idemq-job-id`, if and only
+    /// if this effect commits, at least once (see [`crate::followup`]).
+    /// idemq stores it in the job's marker (separate or
+    /// [fused](Effect::marked_by)) in the same write, sends it after the
+    /// commit and before the job is acknowledged, and re-sends it from the
+    /// marker when a redelivery finds the job done. An effect
+    /// [`without_marker`](Effect::without_marker) cannot carry follow-ups.
+    ///
+    /// ```
+    /// use idemq::followup::FollowUp;
+    /// use idemq::Effect;
+    /// let next = FollowUp::raw("https://sqs.us-east-1.amazonaws.com/1/next", "t-1/then", "{}");
+    /// let effect = Effect::new().then_send(next);
+    /// assert_eq!(effect.follow_ups().len(), 1);
+    /// ```
+    pub fn then_send(mut self, follow_up: FollowUp) -> Self {
+        self.follow_ups.push(follow_up);
+        self
+    }
+
+    /// Adds a follow-up job to an effect held by reference
+    /// ([`Effect::then_send`]).
+    pub fn push_follow_up(&mut self, follow_up: FollowUp) {
+        self.follow_ups.push(follow_up);
+    }
+
+    /// The follow-up jobs, in the order they were added.
+    pub fn follow_ups(&self) -> &[FollowUp] {
+        &self.follow_ups
+    }
+
+    /// The follow-ups' part of [`Effect::validate`]: each one as SQS would
+    /// take it, and the marker that stores them within DynamoDB's item
+    /// limit (`total`: the effect's bytes so far, for the 4 MB limit).
+    fn validate_follow_ups(
+        &self,
+        marker: &MarkerSlot<'_>,
+        total: usize,
+    ) -> Result<(), EffectError> {
+        let bytes = crate::followup::check_all(self)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let item = match self.fused_marker().map(|w| (w, &w.kind)) {
+            Some((w, WriteKind::Put { attributes })) => {
+                if attributes.contains_key(FOLLOW_UPS_ATTRIBUTE) {
+                    return Err(EffectError::MarkerAttribute {
+                        index: self.fused_index().unwrap_or_default(),
+                        attribute: FOLLOW_UPS_ATTRIBUTE.to_owned(),
+                    });
+                }
+                w.stored_size()
+                    + marker.job_id.len()
+                    + marker.payload_hash.len()
+                    + FUSED_MARKER_VALUES
+            }
+            _ => crate::followup::SEPARATE_MARKER_BYTES,
+        };
+        if item + bytes > MAX_ITEM_BYTES {
+            return Err(FollowUpError::MarkerTooLarge {
+                bytes: item + bytes,
+                limit: MAX_ITEM_BYTES,
+            }
+            .into());
+        }
+        if total + bytes > MAX_TRANSACTION_BYTES {
+            return Err(EffectError::TooLarge {
+                bytes: total + bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+// ---- End of follow-up jobs.
 
 /// Size of an item by DynamoDB's rules: attribute names plus values.
 pub fn item_size(item: &Item) -> usize {

@@ -145,6 +145,9 @@ pub struct JobMeta {
     pub attempt: u32,
     /// The source queue's name.
     pub queue: String,
+    /// The source queue's URL (a follow-up to the same queue goes there:
+    /// [`crate::followup`]).
+    pub queue_url: String,
     /// SQS's `MessageId` of this delivery.
     pub message_id: String,
     /// When the host must have answered (the Lambda deadline, or the

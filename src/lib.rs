@@ -69,6 +69,7 @@ pub mod dead_letter;
 pub mod dlq;
 pub mod effect;
 pub mod envelope;
+pub mod followup;
 pub mod handler;
 pub mod host;
 pub mod init;
@@ -89,6 +90,7 @@ pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
 pub use config::{IdempotencyConfig, TableLayout};
 pub use effect::{Effect, EffectError, Key, Write};
 pub use envelope::Envelope;
+pub use followup::FollowUp;
 pub use job::{
     InvalidJobId, JOB_ID_ATTRIBUTE, JobId, JobIdResolver, JobIdSource, PayloadHash, downstream_key,
 };

@@ -480,7 +480,10 @@ impl Producer {
         let mut last_error = String::new();
         for attempt in 1..=MAX_ATTEMPTS {
             if attempt > 1 {
-                tokio::time::sleep(RETRY_BACKOFF.delay(attempt - 1, &mut rand::rng())).await;
+                // The thread-local rng is not Send: dropped before the
+                // await, so a send can run inside a batch (follow-ups).
+                let delay = RETRY_BACKOFF.delay(attempt - 1, &mut rand::rng());
+                tokio::time::sleep(delay).await;
             }
             let entries: Result<Vec<_>, String> =
                 pending.iter().map(|&i| self.entry(i, &jobs[i])).collect();

@@ -450,3 +450,143 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
         );
     }
 }
+
+/// 15. Follow-up jobs exactly once (src/followup.rs): ledger workers
+/// (examples/ledger.rs) take transfers with `then_credit`, 10% of them sent
+/// twice, while they die at a failpoint between the commit and the
+/// follow-up send and by SIGKILL at random instants. Every account, first
+/// and follow-up, is credited exactly once, nothing is dead-lettered; then
+/// a rejected and a conflicting transfer each send no follow-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos suite: make test-chaos"]
+async fn s15_follow_ups_exactly_once_through_kills() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use std::collections::HashMap;
+
+    let sdk = sdk().await;
+    // 20 receives: a message unlucky with aborts many times in a row is
+    // not redriven (the test is about follow-ups, not redrive).
+    let res = init_queue(&sdk, "chaos-then", false, 20, 4).await;
+    let n = jobs(500);
+    let amount = |i: usize| (i % 7 + 1) as i64;
+    let transfer = |i: usize| {
+        let body = serde_json::json!({
+            "transfer_id": format!("f-{i}"),
+            "account": format!("a-{i}"),
+            "amount": amount(i),
+            "then_credit": format!("b-{i}"),
+        });
+        Job::new(format!("f-{i}"), &body).unwrap()
+    };
+    let mut batch: Vec<Job> = (0..n).map(transfer).collect();
+    // 10% duplicate sends: the same job (id and body) twice.
+    batch.extend((0..n).filter(|i| i % 10 == 0).map(transfer));
+    send(&sdk, &res.queue_url, batch).await;
+
+    let mut w = Workers::start_bin(
+        harness::workers::ledger(),
+        &res,
+        &[("FAILPOINTS", "followup::before-send=5%1*return")],
+        &[],
+        3,
+    );
+    let mut next_kill = Instant::now() + Duration::from_millis(700);
+    let mut kills = 0;
+    w.run_until_empty(&sdk, Duration::from_secs(600), |children| {
+        if Instant::now() >= next_kill && !children.is_empty() && kills < 10 {
+            let i = rand::random::<u32>() as usize % children.len();
+            let _ = children[i].kill(); // SIGKILL
+            kills += 1;
+            next_kill = Instant::now()
+                + Duration::from_millis(300 + u64::from(rand::random::<u16>() % 900));
+        }
+    })
+    .await;
+    eprintln!(
+        "s15: {n} transfers, SIGKILLs {kills}, deaths {}",
+        w.restarts
+    );
+    // More deaths than SIGKILLs: the failpoint fired too.
+    assert!(
+        w.restarts > kills,
+        "the failpoint between commit and send never fired ({} deaths, {kills} SIGKILLs)",
+        w.restarts
+    );
+
+    let balances = |sdk: aws_config::SdkConfig, table: String| async move {
+        let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        let mut out: HashMap<String, i64> = HashMap::new();
+        let mut start = None;
+        loop {
+            let page = ddb
+                .scan()
+                .table_name(&table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .unwrap();
+            for item in page.items() {
+                if let (Some(AttributeValue::S(pk)), Some(AttributeValue::N(b))) =
+                    (item.get("pk"), item.get("balance"))
+                    && let Some(account) = pk.strip_prefix("account#")
+                {
+                    out.insert(account.to_owned(), b.parse().unwrap());
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return out;
+            }
+        }
+    };
+    let got = balances(sdk.clone(), res.table_name.clone()).await;
+    let mut wrong = Vec::new();
+    for i in 0..n {
+        for account in [format!("a-{i}"), format!("b-{i}")] {
+            if got.get(&account) != Some(&amount(i)) {
+                let found = got.get(&account).copied();
+                wrong.push((account, found));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} accounts not credited exactly once: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    assert_eq!(got.len(), 2 * n, "no account credited that was not sent");
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    assert!(
+        drain(&sqs, &res.dlq_url).await.is_empty(),
+        "nothing dead-lettered"
+    );
+
+    // A rejection (job r-0 writes f-0's entry, f-0's marker) and a
+    // conflict (f-1 again with another amount): dead-lettered, and neither
+    // sends its follow-up.
+    let rejected = serde_json::json!({"transfer_id": "f-0", "account": "r-acct", "amount": 1, "then_credit": "r-then"});
+    let conflict = serde_json::json!({"transfer_id": "f-1", "account": "a-1", "amount": 99, "then_credit": "c-then"});
+    send(
+        &sdk,
+        &res.queue_url,
+        vec![
+            Job::new("r-0", &rejected).unwrap(),
+            Job::new("f-1", &conflict).unwrap(),
+        ],
+    )
+    .await;
+    let mut w = Workers::start_bin(harness::workers::ledger(), &res, &[], &[], 1);
+    w.run_until_empty(&sdk, Duration::from_secs(120), |_| {})
+        .await;
+    let after = balances(sdk.clone(), res.table_name.clone()).await;
+    for account in ["r-acct", "r-then", "c-then"] {
+        assert_eq!(after.get(account), None, "{account} was credited");
+    }
+    assert_eq!(after.get("a-1"), Some(&amount(1)));
+    let dead = drain(&sqs, &res.dlq_url).await;
+    let mut ids: Vec<&str> = dead.iter().map(|m| attribute(m, "idemq-job-id")).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec!["f-1", "r-0"]);
+}

@@ -124,6 +124,7 @@ impl Committer {
         job: JobRef<'_>,
         effect: &Effect,
         single: Single<'_>,
+        stored: &mut Option<Item>,
     ) -> Result<CommitOutcome, CommitError> {
         let failed = match single {
             Single::Marker(write) => {
@@ -131,7 +132,7 @@ impl Committer {
                     table,
                     item,
                     key_attribute,
-                } = self.fused_put(job, write)?;
+                } = self.fused_put(job, write, effect)?;
                 let sent = self
                     .client
                     .put_item()
@@ -152,9 +153,9 @@ impl Committer {
         match (failed, single) {
             (None, _) => Ok(CommitOutcome::Committed),
             (Some(Failed::Classified(outcome)), _) => outcome,
-            (Some(Failed::Condition(item)), Single::Marker(_)) => {
-                Ok(self.compare_marker(job, effect, item.as_ref()).await)
-            }
+            (Some(Failed::Condition(item)), Single::Marker(_)) => Ok(self
+                .compare_marker(job, effect, item.as_ref(), stored)
+                .await),
             // An upsert has no condition to fail; if DynamoDB says it did,
             // it is the write's, as in a transaction.
             (Some(Failed::Condition(_)), Single::Upsert(_)) => Ok(CommitOutcome::Rejected {

@@ -14,6 +14,10 @@
 //!   `MessageGroupId` on a FIFO queue
 //!   (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html>).
 //!
+//! - `SendMessageBatch` (a follow-up job's send): each entry checked as a
+//!   `SendMessage`, a bad entry failing alone in `Failed`
+//!   (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html>).
+//!
 //! Messages are not queued or delivered: the kit hands its events to the
 //! handler itself. Any other operation is refused with an error naming it.
 
@@ -245,6 +249,7 @@ impl MemorySqs {
             }
             "ChangeMessageVisibilityBatch" => self.change_batch(req),
             "SendMessage" => self.send(req),
+            "SendMessageBatch" => self.send_batch(req),
             other => Err(ServiceError::sqs(
                 "UnsupportedOperation",
                 format!("idemq::testing does not model the SQS operation {other}"),
@@ -364,6 +369,29 @@ impl MemorySqs {
                 Ok(()) => ok.push(json!({ "Id": id })),
                 Err((code, message)) => failed
                     .push(json!({"Id": id, "SenderFault": true, "Code": code, "Message": message})),
+            }
+        }
+        Ok(json!({ "Successful": ok, "Failed": failed }))
+    }
+
+    /// Each entry as a `SendMessage` of its own (the queue checked first:
+    /// a missing queue fails the whole call).
+    fn send_batch(&mut self, req: &Value) -> Result<Value, ServiceError> {
+        self.queue_of(req)?;
+        let (mut ok, mut failed) = (Vec::new(), Vec::new());
+        for entry in req["Entries"].as_array().into_iter().flatten() {
+            let id = entry["Id"].clone();
+            let mut one = entry.clone();
+            one["QueueUrl"] = req["QueueUrl"].clone();
+            match self.send(&one) {
+                Ok(sent) => ok.push(json!({
+                    "Id": id,
+                    "MessageId": sent["MessageId"],
+                    "MD5OfMessageBody": "",
+                })),
+                Err(e) => failed.push(json!({
+                    "Id": id, "SenderFault": true, "Code": e.code(), "Message": e.message(),
+                })),
             }
         }
         Ok(json!({ "Successful": ok, "Failed": failed }))

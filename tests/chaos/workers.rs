@@ -19,6 +19,16 @@ pub fn probe() -> PathBuf {
     p
 }
 
+/// The ledger example (examples/ledger.rs) built with failpoints, for the
+/// follow-up scenario: `CHAOS_LEDGER`, set by scripts/chaos.sh.
+pub fn ledger() -> PathBuf {
+    let p = PathBuf::from(std::env::var("CHAOS_LEDGER").expect(
+        "CHAOS_LEDGER is not set: run the chaos suite with `make test-chaos` (scripts/chaos.sh builds the ledger with failpoints)",
+    ));
+    assert!(p.exists(), "{} does not exist", p.display());
+    p
+}
+
 /// Jobs per scenario: `CHAOS_JOBS` (the smaller run in `make test` uses
 /// fewer than `make test-chaos`).
 pub fn jobs(full: usize) -> usize {
@@ -36,6 +46,8 @@ pub fn scratch() -> PathBuf {
 
 /// Worker processes of the probe, restarted when a fault kills them.
 pub struct Workers {
+    /// The worker binary: the probe, or the ledger ([`ledger`]).
+    bin: PathBuf,
     res: InitReport,
     env: Vec<(String, String)>,
     args: Vec<String>,
@@ -50,6 +62,17 @@ impl Workers {
     /// `n` workers with these extra variables and arguments, logging to a
     /// scratch folder of their own.
     pub fn start(res: &InitReport, env: &[(&str, &str)], args: &[&str], n: usize) -> Self {
+        Self::start_bin(probe(), res, env, args, n)
+    }
+
+    /// [`Workers::start`] with another worker binary ([`ledger`]).
+    pub fn start_bin(
+        bin: PathBuf,
+        res: &InitReport,
+        env: &[(&str, &str)],
+        args: &[&str],
+        n: usize,
+    ) -> Self {
         let mut all_env: Vec<(String, String)> = vec![
             ("IDEMQ_TABLE".into(), res.table_name.clone()),
             ("IDEMQ_BACKOFF_BASE".into(), "1s".into()),
@@ -58,6 +81,7 @@ impl Workers {
         ];
         all_env.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut w = Self {
+            bin,
             res: res.clone(),
             env: all_env,
             args: args.iter().map(|s| s.to_string()).collect(),
@@ -77,7 +101,7 @@ impl Workers {
         self.spawned += 1;
         let out = File::create(self.dir.join(format!("worker-{n}.out"))).unwrap();
         let err = File::create(self.dir.join(format!("worker-{n}.err"))).unwrap();
-        let child = Command::new(probe())
+        let child = Command::new(&self.bin)
             .args(["--queue-url", &self.res.queue_url, "--exit-when-idle", "8"])
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

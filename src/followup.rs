@@ -1,0 +1,659 @@
+//! Follow-up jobs: the next job, sent if and only if this one commits (a
+//! transactional outbox on SQS).
+//!
+//! A job often has to start another (charge → send the receipt; order →
+//! reserve stock). Sent by the handler itself, the next job would go out
+//! even when this job's commit then fails (rejected, a conflict, a crash),
+//! or be lost when the process dies between the commit and the send. So a
+//! handler adds it to its [`Effect`] instead
+//! ([`Effect::then_send`](crate::Effect::then_send)), and idemq:
+//!
+//! 1. **stores the follow-ups in the job's marker** (the separate marker
+//!    item, or the [fused](crate::Effect::marked_by) one), in the same
+//!    `TransactWriteItems` / `PutItem` as the effect: they exist exactly
+//!    when the effect committed. No extra read or write.
+//! 2. **sends them after the commit, before the acknowledgement**, with the
+//!    [`Producer`] (each with its own `idemq-job-id`, on a
+//!    FIFO queue a deduplication id derived from it). If a send fails, the
+//!    job is *not* acknowledged: it stays on the queue and is retried.
+//! 3. **re-sends them from the marker on a redelivery**: a redelivered job
+//!    (after a crash between commit and send, or a failed send) finds its
+//!    marker, which DynamoDB returns with the failed condition
+//!    (`ReturnValuesOnConditionCheckFailure=ALL_OLD`: "the item attributes
+//!    as they appeared before they were updated",
+//!    <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Put.html>;
+//!    a transaction's reason carries it as `Item`,
+//!    <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CancellationReason.html>),
+//!    or which idemq reads back when it was not returned. The follow-ups
+//!    *stored* there are sent again, not the ones the handler returned this
+//!    time, before the job is acknowledged as a duplicate.
+//!
+//! A follow-up is thus sent **at least once**, and only if the job
+//! committed: a rejected, conflicting or failed job sends none. Its stable
+//! job id makes its own consumer apply it once (another idemq consumer, or
+//! anything that deduplicates on `idemq-job-id`).
+//!
+//! Everything SQS and DynamoDB would refuse is checked before any I/O, by
+//! [`Effect::validate`](crate::Effect::validate): a follow-up that SQS
+//! refused *after* the commit could never be sent. The checks: a valid job
+//! id, each job id once per effect, a non-empty body, at most
+//! [`MAX_FOLLOW_UP_BYTES`] with its attributes, at most
+//! [`MAX_ATTRIBUTES`] attributes with
+//! `idemq-job-id`, no `idemq-` attribute of its own, a group on a queue
+//! whose name ends in `.fifo` ("FIFO queue names must end with the .fifo
+//! suffix", <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-fifo.html>),
+//! and the marker item with its follow-ups within DynamoDB's 400 KB.
+
+use std::collections::{HashMap, HashSet};
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::MessageAttributeValue;
+use serde::Serialize;
+
+use crate::commit::CommitOutcome;
+use crate::effect::{Effect, Item};
+use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JobId};
+use crate::producer::{Job, MAX_ATTRIBUTES, Producer, SendError};
+
+/// The marker attribute that stores a job's follow-ups (a list of maps).
+/// A [fused](crate::Effect::marked_by) marker's item may not set it.
+pub const FOLLOW_UPS_ATTRIBUTE: &str = "idemq_follow_ups";
+
+/// The largest follow-up message (body plus attributes, as SQS counts
+/// them): 256 KiB, the `MaximumMessageSize` default of queues created
+/// before August 2025 (1 MiB since; "from 1,024 bytes (1 KiB) up to
+/// 1,048,576 bytes (1 MiB)",
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html>).
+/// Checked before the commit, when the target queue's own limit is not
+/// known yet: a queue configured below this can still refuse one, and the
+/// job is then retried until its redrive gives up.
+pub const MAX_FOLLOW_UP_BYTES: usize = 256 * 1024;
+
+/// Bytes a separate marker item takes besides its follow-ups, at most: key,
+/// job id (each up to [`crate::job::MAX_JOB_ID_BYTES`]), hash, timestamps,
+/// queue name and attribute names, rounded up.
+pub(crate) const SEPARATE_MARKER_BYTES: usize = 2 * 1024;
+
+/// A job to send if and only if the effect that carries it commits.
+///
+/// ```
+/// use idemq::followup::FollowUp;
+/// let receipt = FollowUp::new(
+///     "https://sqs.us-east-1.amazonaws.com/123456789012/receipts",
+///     "order-7/receipt",
+///     &serde_json::json!({"order": "order-7"}),
+/// )
+/// .unwrap()
+/// .string_attribute("tenant", "acme");
+/// let effect = idemq::Effect::new().then_send(receipt);
+/// assert_eq!(effect.follow_ups()[0].job_id(), "order-7/receipt");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowUp {
+    queue_url: String,
+    job_id: String,
+    body: String,
+    group_id: Option<String>,
+    attributes: HashMap<String, MessageAttributeValue>,
+}
+
+/// Why a follow-up cannot be part of an effect (found before any I/O).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FollowUpError {
+    /// The follow-up's job id is invalid.
+    #[error("follow-up {index}: invalid job id: {source}")]
+    InvalidJobId {
+        /// The follow-up's index in the effect.
+        index: usize,
+        /// Why.
+        source: InvalidJobId,
+    },
+    /// Two follow-ups of one effect have the same job id: the consumer
+    /// would apply only one of them.
+    #[error("follow-ups {first} and {second} have the same job id")]
+    SameJobIdTwice {
+        /// The first one's index.
+        first: usize,
+        /// The second one's index.
+        second: usize,
+    },
+    /// An empty queue URL or body (SQS refuses an empty body).
+    #[error("follow-up {index} has an empty {what}")]
+    Empty {
+        /// The follow-up's index.
+        index: usize,
+        /// `queue URL` or `body`.
+        what: &'static str,
+    },
+    /// Over [`MAX_FOLLOW_UP_BYTES`].
+    #[error("follow-up {index} is {bytes} bytes; at most {MAX_FOLLOW_UP_BYTES} are sent")]
+    TooLarge {
+        /// The follow-up's index.
+        index: usize,
+        /// Body plus attributes, as SQS counts them.
+        bytes: usize,
+    },
+    /// More than SQS's 10 message attributes with `idemq-job-id`.
+    #[error(
+        "follow-up {index} has {count} message attributes with idemq-job-id; SQS takes at most {MAX_ATTRIBUTES}"
+    )]
+    TooManyAttributes {
+        /// The follow-up's index.
+        index: usize,
+        /// The count with `idemq-job-id`.
+        count: usize,
+    },
+    /// An attribute in idemq's own `idemq-` namespace.
+    #[error("follow-up {index} sets the attribute {name:?}; idemq- attributes are idemq's own")]
+    ReservedAttribute {
+        /// The follow-up's index.
+        index: usize,
+        /// The attribute.
+        name: String,
+    },
+    /// A queue named `*.fifo` needs a message group.
+    #[error("follow-up {index} goes to a FIFO queue and has no message group")]
+    MissingGroup {
+        /// The follow-up's index.
+        index: usize,
+    },
+    /// An effect without a marker has nowhere to keep its follow-ups, so a
+    /// redelivery could not re-send them.
+    #[error("an effect without a marker (Effect::without_marker) cannot carry follow-ups")]
+    NoMarker,
+    /// The marker item with its follow-ups is over DynamoDB's 400 KB.
+    #[error(
+        "the marker with its follow-ups is {bytes} bytes; a DynamoDB item holds at most {limit}"
+    )]
+    MarkerTooLarge {
+        /// The marker item's size, follow-ups included.
+        bytes: usize,
+        /// DynamoDB's limit.
+        limit: usize,
+    },
+}
+
+impl FollowUp {
+    /// A follow-up whose body is `payload` as JSON.
+    pub fn new<T: Serialize + ?Sized>(
+        queue_url: impl Into<String>,
+        job_id: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, SendError> {
+        let job = Job::new(job_id, payload)?;
+        Ok(Self::raw(queue_url, job.id, job.body))
+    }
+
+    /// A follow-up whose body is sent byte for byte.
+    pub fn raw(
+        queue_url: impl Into<String>,
+        job_id: impl Into<String>,
+        body: impl Into<String>,
+    ) -> Self {
+        Self {
+            queue_url: queue_url.into(),
+            job_id: job_id.into(),
+            body: body.into(),
+            group_id: None,
+            attributes: HashMap::new(),
+        }
+    }
+
+    /// The follow-up in FIFO message group `group` (required on a FIFO
+    /// queue). Its deduplication id is derived from its job id
+    /// ([`crate::producer::deduplication_id`]).
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group_id = Some(group.into());
+        self
+    }
+
+    /// Adds a message attribute (`idemq-job-id` is set by idemq).
+    pub fn attribute(mut self, name: impl Into<String>, value: MessageAttributeValue) -> Self {
+        self.attributes.insert(name.into(), value);
+        self
+    }
+
+    /// Adds a `String` message attribute.
+    pub fn string_attribute(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let value = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(value)
+            .build()
+            .expect("a data type is set");
+        self.attribute(name, value)
+    }
+
+    /// The queue it is sent to.
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// Its job id, sent as `idemq-job-id`.
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// Its body.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// Its FIFO message group.
+    pub fn group_id(&self) -> Option<&str> {
+        self.group_id.as_deref()
+    }
+
+    /// Its message attributes (without `idemq-job-id`).
+    pub fn attributes(&self) -> &HashMap<String, MessageAttributeValue> {
+        &self.attributes
+    }
+
+    /// The message the producer sends.
+    pub(crate) fn to_job(&self) -> Job {
+        let mut job = Job::raw(&self.job_id, &self.body);
+        job.group_id = self.group_id.clone();
+        job.attributes = self.attributes.clone();
+        job
+    }
+
+    fn check(&self, index: usize) -> Result<(), FollowUpError> {
+        JobId::new(self.job_id.as_str())
+            .map_err(|source| FollowUpError::InvalidJobId { index, source })?;
+        if self.queue_url.is_empty() {
+            return Err(FollowUpError::Empty {
+                index,
+                what: "queue URL",
+            });
+        }
+        if self.body.is_empty() {
+            return Err(FollowUpError::Empty {
+                index,
+                what: "body",
+            });
+        }
+        if let Some(name) = self
+            .attributes
+            .keys()
+            .find(|n| n.starts_with(IDEMQ_ATTRIBUTE_PREFIX))
+        {
+            return Err(FollowUpError::ReservedAttribute {
+                index,
+                name: name.clone(),
+            });
+        }
+        let count = self.attributes.len() + 1;
+        if count > MAX_ATTRIBUTES {
+            return Err(FollowUpError::TooManyAttributes { index, count });
+        }
+        let bytes = self.to_job().size();
+        if bytes > MAX_FOLLOW_UP_BYTES {
+            return Err(FollowUpError::TooLarge { index, bytes });
+        }
+        // The name is the queue URL's last segment.
+        let fifo = self.queue_url.trim_end_matches('/').ends_with(".fifo");
+        if fifo && self.group_id.is_none() {
+            return Err(FollowUpError::MissingGroup { index });
+        }
+        Ok(())
+    }
+
+    /// The follow-up as stored in the marker: a map of strings (and the
+    /// attributes' values as they are).
+    fn to_attribute(&self) -> AttributeValue {
+        let mut m = HashMap::from([
+            (
+                "queue".to_owned(),
+                AttributeValue::S(self.queue_url.clone()),
+            ),
+            ("job_id".to_owned(), AttributeValue::S(self.job_id.clone())),
+            ("body".to_owned(), AttributeValue::S(self.body.clone())),
+        ]);
+        if let Some(g) = &self.group_id {
+            m.insert("group".to_owned(), AttributeValue::S(g.clone()));
+        }
+        if !self.attributes.is_empty() {
+            let attrs = self
+                .attributes
+                .iter()
+                .map(|(name, v)| {
+                    let mut a = HashMap::from([(
+                        "type".to_owned(),
+                        AttributeValue::S(v.data_type().to_owned()),
+                    )]);
+                    if let Some(s) = v.string_value() {
+                        a.insert("string".to_owned(), AttributeValue::S(s.to_owned()));
+                    }
+                    if let Some(b) = v.binary_value() {
+                        a.insert(
+                            "binary".to_owned(),
+                            AttributeValue::B(Blob::new(b.as_ref().to_vec())),
+                        );
+                    }
+                    (name.clone(), AttributeValue::M(a))
+                })
+                .collect();
+            m.insert("attributes".to_owned(), AttributeValue::M(attrs));
+        }
+        AttributeValue::M(m)
+    }
+
+    fn from_attribute(v: &AttributeValue) -> Option<Self> {
+        let m = v.as_m().ok()?;
+        let s = |name: &str| m.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let mut attributes = HashMap::new();
+        if let Some(attrs) = m.get("attributes") {
+            for (name, a) in attrs.as_m().ok()? {
+                let a = a.as_m().ok()?;
+                let mut value =
+                    MessageAttributeValue::builder().data_type(a.get("type")?.as_s().ok()?);
+                if let Some(s) = a.get("string") {
+                    value = value.string_value(s.as_s().ok()?);
+                }
+                if let Some(b) = a.get("binary") {
+                    let bytes = b.as_b().ok()?.as_ref().to_vec();
+                    value = value.binary_value(aws_sdk_sqs::primitives::Blob::new(bytes));
+                }
+                attributes.insert(name.clone(), value.build().ok()?);
+            }
+        }
+        Some(Self {
+            queue_url: s("queue")?,
+            job_id: s("job_id")?,
+            body: s("body")?,
+            group_id: s("group"),
+            attributes,
+        })
+    }
+}
+
+/// Checks an effect's follow-ups; returns the bytes they add to its marker
+/// item (0 without follow-ups).
+pub(crate) fn check_all(effect: &Effect) -> Result<usize, FollowUpError> {
+    let list = effect.follow_ups();
+    if list.is_empty() {
+        return Ok(0);
+    }
+    if !effect.uses_marker() {
+        return Err(FollowUpError::NoMarker);
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (index, f) in list.iter().enumerate() {
+        f.check(index)?;
+        if let Some(&first) = seen.get(f.job_id.as_str()) {
+            return Err(FollowUpError::SameJobIdTwice {
+                first,
+                second: index,
+            });
+        }
+        seen.insert(&f.job_id, index);
+    }
+    Ok(crate::effect::item_size(&stored(list)))
+}
+
+/// The marker attribute holding `list`, as an item of one attribute (for
+/// its size) or to merge into a marker item; empty when `list` is.
+pub(crate) fn stored(list: &[FollowUp]) -> Item {
+    if list.is_empty() {
+        return Item::new();
+    }
+    Item::from([(
+        FOLLOW_UPS_ATTRIBUTE.to_owned(),
+        AttributeValue::L(list.iter().map(FollowUp::to_attribute).collect()),
+    )])
+}
+
+/// The follow-ups a stored marker carries (none if it carries none).
+pub(crate) fn from_marker(item: &Item) -> Result<Vec<FollowUp>, String> {
+    let Some(v) = item.get(FOLLOW_UPS_ATTRIBUTE) else {
+        return Ok(Vec::new());
+    };
+    let list = v
+        .as_l()
+        .map_err(|_| format!("the marker's {FOLLOW_UPS_ATTRIBUTE} is not a list"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            FollowUp::from_attribute(v).ok_or_else(|| {
+                format!(
+                    "the marker's follow-up {i} is not one idemq stored ({FOLLOW_UPS_ATTRIBUTE})"
+                )
+            })
+        })
+        .collect()
+}
+
+/// Sends follow-ups through one [`Producer`] per queue, each built once
+/// (it reads the queue's type and size limit) and kept for the process.
+#[derive(Debug)]
+pub(crate) struct FollowUpSender {
+    sqs: aws_sdk_sqs::Client,
+    producers: std::sync::Mutex<HashMap<String, Producer>>,
+}
+
+impl FollowUpSender {
+    pub(crate) fn new(sqs: aws_sdk_sqs::Client) -> Self {
+        Self {
+            sqs,
+            producers: std::sync::Mutex::default(),
+        }
+    }
+
+    async fn producer(&self, url: &str) -> Result<Producer, SendError> {
+        if let Some(p) = self.lock().get(url) {
+            return Ok(p.clone());
+        }
+        let p = Producer::with_client(self.sqs.clone(), url).await?;
+        self.lock().insert(url.to_owned(), p.clone());
+        Ok(p)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Producer>> {
+        self.producers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sends every follow-up; the first error if any was not sent (the
+    /// others may have been: the retry sends them again, deduplicated by
+    /// their job ids).
+    pub(crate) async fn send(&self, list: &[FollowUp]) -> Result<(), SendError> {
+        let mut queues: Vec<&str> = Vec::new();
+        for f in list {
+            if !queues.contains(&f.queue_url.as_str()) {
+                queues.push(&f.queue_url);
+            }
+        }
+        for url in queues {
+            let producer = self.producer(url).await?;
+            let jobs = list
+                .iter()
+                .filter(|f| f.queue_url == url)
+                .map(FollowUp::to_job)
+                .collect();
+            for (_, sent) in producer.send_batch(jobs).await {
+                sent?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What a commit's outcome means once its follow-ups are dealt with:
+    /// committed → the effect's follow-ups are sent; a duplicate → the
+    /// follow-ups its stored marker (`stored`) carries are sent again. A
+    /// send that fails turns the outcome into a transient failure, so the
+    /// job is not acknowledged; the retry finds the marker and sends again.
+    pub(crate) async fn after_commit(
+        &self,
+        effect: &Effect,
+        outcome: CommitOutcome,
+        stored: Option<Item>,
+    ) -> CommitOutcome {
+        let list = match (&outcome, stored) {
+            (CommitOutcome::Committed, _) => effect.follow_ups().to_vec(),
+            (CommitOutcome::Duplicate, Some(item)) => match from_marker(&item) {
+                Ok(list) => list,
+                Err(reason) => return CommitOutcome::Transient { reason },
+            },
+            _ => return outcome,
+        };
+        if list.is_empty() {
+            return outcome;
+        }
+        // The chaos suite dies here: committed, follow-ups not yet sent.
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!("followup::before-send", |_| -> CommitOutcome {
+            std::process::abort()
+        });
+        let ids: HashSet<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
+        match self.send(&list).await {
+            Ok(()) => {
+                tracing::debug!(follow_ups = ?ids, "follow-ups sent");
+                outcome
+            }
+            Err(e) => {
+                tracing::warn!(
+                    follow_ups = list.len(),
+                    "committed, but a follow-up was not sent; the job is retried and its marker re-sends them: {e}"
+                );
+                CommitOutcome::Transient {
+                    reason: format!(
+                        "committed, but follow-up not sent (the retry re-sends it from the marker): {e}"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
+
+    #[test]
+    fn a_follow_up_survives_the_marker_round_trip() {
+        let f = FollowUp::raw(URL, "j/then", "{\"a\":1}")
+            .in_group("g")
+            .string_attribute("tenant", "acme")
+            .attribute(
+                "blob",
+                MessageAttributeValue::builder()
+                    .data_type("Binary")
+                    .binary_value(aws_sdk_sqs::primitives::Blob::new(vec![0u8, 1, 2]))
+                    .build()
+                    .unwrap(),
+            );
+        let plain = FollowUp::raw(URL, "k", "x");
+        let item = stored(&[f.clone(), plain.clone()]);
+        assert_eq!(from_marker(&item), Ok(vec![f, plain]));
+        assert_eq!(from_marker(&Item::new()), Ok(vec![]));
+        let bad = Item::from([(
+            FOLLOW_UPS_ATTRIBUTE.to_owned(),
+            AttributeValue::S("x".into()),
+        )]);
+        assert!(from_marker(&bad).is_err());
+    }
+
+    #[test]
+    fn follow_ups_are_checked_before_any_io() {
+        let check = |f: FollowUp| check_all(&Effect::new().then_send(f));
+        assert!(check(FollowUp::raw(URL, "ok", "{}")).is_ok());
+        assert!(matches!(
+            check(FollowUp::raw(URL, "", "{}")),
+            Err(FollowUpError::InvalidJobId { index: 0, .. })
+        ));
+        assert!(matches!(
+            check(FollowUp::raw(URL, "a", "")),
+            Err(FollowUpError::Empty { what: "body", .. })
+        ));
+        assert!(matches!(
+            check(FollowUp::raw(URL, "a", "x".repeat(MAX_FOLLOW_UP_BYTES))),
+            Err(FollowUpError::TooLarge { .. })
+        ));
+        let mut many = FollowUp::raw(URL, "a", "{}");
+        for i in 0..9 {
+            many = many.string_attribute(format!("a{i}"), "v");
+        }
+        assert!(check(many.clone()).is_ok(), "9 + idemq-job-id = 10");
+        assert!(matches!(
+            check(many.string_attribute("a9", "v")),
+            Err(FollowUpError::TooManyAttributes { count: 11, .. })
+        ));
+        assert!(matches!(
+            check(FollowUp::raw(URL, "a", "{}").string_attribute("idemq-job-id", "b")),
+            Err(FollowUpError::ReservedAttribute { .. })
+        ));
+        let fifo = format!("{URL}.fifo");
+        assert_eq!(
+            check(FollowUp::raw(&fifo, "a", "{}")),
+            Err(FollowUpError::MissingGroup { index: 0 })
+        );
+        assert!(check(FollowUp::raw(&fifo, "a", "{}").in_group("g")).is_ok());
+        let twice = Effect::new()
+            .then_send(FollowUp::raw(URL, "a", "{}"))
+            .then_send(FollowUp::raw(URL, "b", "{}"))
+            .then_send(FollowUp::raw(URL, "a", "{}"));
+        assert_eq!(
+            check_all(&twice),
+            Err(FollowUpError::SameJobIdTwice {
+                first: 0,
+                second: 2
+            })
+        );
+        let unmarked = Effect::new()
+            .then_send(FollowUp::raw(URL, "a", "{}"))
+            .without_marker();
+        assert_eq!(check_all(&unmarked), Err(FollowUpError::NoMarker));
+    }
+
+    /// The follow-ups live in the marker item: with it they must fit
+    /// DynamoDB's 400 KB, and a fused marker may not set their attribute.
+    #[test]
+    fn the_marker_with_its_follow_ups_fits_one_item() {
+        use crate::effect::{EffectError, Key, MAX_ITEM_BYTES, MarkerSlot, Write};
+        let slot = MarkerSlot {
+            table: "t",
+            partition_key: "pk",
+            reserved_prefix: "idemq#",
+            job_id: "job_id",
+            payload_hash: "payload_hash",
+        };
+        let follow = |i: usize| FollowUp::raw(URL, format!("f-{i}"), "x".repeat(200 * 1024));
+        let one = Effect::new().then_send(follow(0));
+        assert_eq!(one.validate(&slot), Ok(()));
+        let two = one.then_send(follow(1));
+        assert!(
+            matches!(
+                two.validate(&slot),
+                Err(EffectError::FollowUp(FollowUpError::MarkerTooLarge { bytes, .. })) if bytes > MAX_ITEM_BYTES
+            ),
+            "{:?}",
+            two.validate(&slot)
+        );
+        // A fused marker's own attributes count too.
+        let blob = Item::from([("b".to_owned(), AttributeValue::S("y".repeat(250 * 1024)))]);
+        let fused = Effect::new()
+            .marked_by(Write::put("t", Key::string("pk", "order#1"), blob))
+            .then_send(follow(0));
+        assert!(matches!(
+            fused.validate(&slot),
+            Err(EffectError::FollowUp(FollowUpError::MarkerTooLarge { .. }))
+        ));
+        let clash = Effect::new()
+            .marked_by(Write::put(
+                "t",
+                Key::string("pk", "order#1"),
+                Item::from([(
+                    FOLLOW_UPS_ATTRIBUTE.to_owned(),
+                    AttributeValue::S("x".into()),
+                )]),
+            ))
+            .then_send(FollowUp::raw(URL, "a", "{}"));
+        assert!(matches!(
+            clash.validate(&slot),
+            Err(EffectError::MarkerAttribute { index: 0, .. })
+        ));
+    }
+}
