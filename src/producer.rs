@@ -45,7 +45,8 @@ pub(crate) const INVALID_MESSAGE_CODES: [&str; 6] = [
     "MessageTooLong",
     "InvalidBatchEntryId",
 ];
-/// Batches in flight at once on a standard queue (FIFO: one, for order).
+/// Batches in flight at once on a standard queue or topic (FIFO: one, for
+/// order).
 const CONCURRENCY: usize = 4;
 const RETRY_BACKOFF: Backoff = Backoff::new()
     .with_base(Duration::from_millis(100))
@@ -263,6 +264,55 @@ pub enum SendError {
     },
 }
 
+/// What both producers (SQS's [`Producer`] and SNS's `TopicProducer`) do
+/// with a list of jobs: refuse before any request what `check` refuses,
+/// pack the rest into calls of at most 10 entries and `max_bytes`, send
+/// those calls with `send` (which retries its own failed entries), one
+/// call at a time for FIFO (order within a group holds only then), and
+/// answer one result per job, in input order.
+pub(crate) async fn send_in_batches<Fut>(
+    jobs: &[Job],
+    check: impl Fn(&Job) -> Result<(), SendError>,
+    max_bytes: usize,
+    fifo: bool,
+    send: impl Fn(Vec<usize>) -> Fut,
+) -> Vec<Result<String, SendError>>
+where
+    Fut: std::future::Future<Output = Vec<(usize, Result<String, SendError>)>>,
+{
+    let mut results: Vec<Option<Result<String, SendError>>> =
+        jobs.iter().map(|j| check(j).err().map(Err)).collect();
+    let valid: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
+    let sizes: Vec<usize> = valid.iter().map(|&i| jobs[i].size()).collect();
+    let batches: Vec<Vec<usize>> = pack(&sizes, max_bytes)
+        .into_iter()
+        .map(|r| valid[r].to_vec())
+        .collect();
+    let concurrency = if fifo { 1 } else { CONCURRENCY };
+    let sent: Vec<Vec<(usize, Result<String, SendError>)>> = stream::iter(batches)
+        .map(send)
+        .buffered(concurrency)
+        .collect()
+        .await;
+    for (i, r) in sent.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    jobs.iter()
+        .zip(results)
+        .map(|(j, r)| {
+            // `send` answers every index it is given; should that ever
+            // break, the job is reported, never a panic.
+            r.unwrap_or_else(|| {
+                Err(SendError::GaveUp {
+                    job_id: j.id.clone(),
+                    attempts: 0,
+                    last_error: "no result recorded for this job".into(),
+                })
+            })
+        })
+        .collect()
+}
+
 /// The FIFO deduplication id for a job id: the id itself when SQS accepts
 /// it as one (at most 128 characters of ASCII letters, digits and
 /// punctuation), else its SHA-256 in hex. Deterministic, so a re-sent job
@@ -379,39 +429,15 @@ impl Producer {
     /// in input order: its message id, or why it was not sent. A job that
     /// cannot be sent is refused before any request.
     pub async fn send_batch(&self, jobs: Vec<Job>) -> Vec<(String, Result<String, SendError>)> {
-        let mut results: Vec<Option<Result<String, SendError>>> =
-            jobs.iter().map(|j| self.check(j).err().map(Err)).collect();
-        let valid: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
-        let sizes: Vec<usize> = valid.iter().map(|&i| jobs[i].size()).collect();
-        let batches: Vec<Vec<usize>> = pack(&sizes, self.max_message_bytes)
-            .into_iter()
-            .map(|r| valid[r].to_vec())
-            .collect();
-        // FIFO order within a group holds only if batches go one at a time.
-        let concurrency = if self.fifo { 1 } else { CONCURRENCY };
-        let sent: Vec<Vec<(usize, Result<String, SendError>)>> = stream::iter(batches)
-            .map(|batch| self.send_with_retries(&jobs, batch))
-            .buffered(concurrency)
-            .collect()
-            .await;
-        for (i, r) in sent.into_iter().flatten() {
-            results[i] = Some(r);
-        }
-        jobs.into_iter()
-            .zip(results)
-            .map(|(j, r)| {
-                // send_with_retries answers every index it is given; should
-                // that ever break, the job is reported, never a panic.
-                let r = r.unwrap_or_else(|| {
-                    Err(SendError::GaveUp {
-                        job_id: j.id.clone(),
-                        attempts: 0,
-                        last_error: "no result recorded for this job".into(),
-                    })
-                });
-                (j.id, r)
-            })
-            .collect()
+        let results = send_in_batches(
+            &jobs,
+            |j| self.check(j),
+            self.max_message_bytes,
+            self.fifo,
+            |batch| self.send_with_retries(&jobs, batch),
+        )
+        .await;
+        jobs.into_iter().map(|j| j.id).zip(results).collect()
     }
 
     /// Everything SQS would refuse that can be known before sending.

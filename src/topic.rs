@@ -15,14 +15,13 @@ use std::time::Duration;
 use aws_sdk_sns::error::DisplayErrorContext;
 use aws_sdk_sns::primitives::Blob;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
-use futures_util::{StreamExt, stream};
 use serde::Serialize;
 
 use crate::backoff::Backoff;
 use crate::job::{JOB_ID_ATTRIBUTE, JobId};
 use crate::producer::{
     INVALID_MESSAGE_CODES, Job, MAX_ATTRIBUTES, SendError, attributes_with_job_id,
-    deduplication_id, pack,
+    deduplication_id, send_in_batches,
 };
 
 /// SNS's default largest message, and the most one `PublishBatch` carries
@@ -34,8 +33,6 @@ use crate::producer::{
 pub const DEFAULT_MAX_PUBLISH_BYTES: usize = 256 * 1024;
 /// Tries of one entry before it is reported failed.
 const MAX_ATTEMPTS: u32 = 6;
-/// Batches in flight at once on a standard topic (FIFO: one, for order).
-const CONCURRENCY: usize = 4;
 const RETRY_BACKOFF: Backoff = Backoff::new()
     .with_base(Duration::from_millis(100))
     .with_cap(Duration::from_secs(5));
@@ -122,36 +119,15 @@ impl TopicProducer {
     /// reason that can pass, with backoff. One result per job, in input
     /// order; a job that cannot be published is refused before any request.
     pub async fn send_batch(&self, jobs: Vec<Job>) -> Vec<(String, Result<String, SendError>)> {
-        let mut results: Vec<Option<Result<String, SendError>>> =
-            jobs.iter().map(|j| self.check(j).err().map(Err)).collect();
-        let valid: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
-        let sizes: Vec<usize> = valid.iter().map(|&i| jobs[i].size()).collect();
-        let batches: Vec<Vec<usize>> = pack(&sizes, self.max_message_bytes)
-            .into_iter()
-            .map(|r| valid[r].to_vec())
-            .collect();
-        let concurrency = if self.fifo { 1 } else { CONCURRENCY };
-        let sent: Vec<Vec<(usize, Result<String, SendError>)>> = stream::iter(batches)
-            .map(|batch| self.publish_with_retries(&jobs, batch))
-            .buffered(concurrency)
-            .collect()
-            .await;
-        for (i, r) in sent.into_iter().flatten() {
-            results[i] = Some(r);
-        }
-        jobs.into_iter()
-            .zip(results)
-            .map(|(j, r)| {
-                let r = r.unwrap_or_else(|| {
-                    Err(SendError::GaveUp {
-                        job_id: j.id.clone(),
-                        attempts: 0,
-                        last_error: "no result recorded for this job".into(),
-                    })
-                });
-                (j.id, r)
-            })
-            .collect()
+        let results = send_in_batches(
+            &jobs,
+            |j| self.check(j),
+            self.max_message_bytes,
+            self.fifo,
+            |batch| self.publish_with_retries(&jobs, batch),
+        )
+        .await;
+        jobs.into_iter().map(|j| j.id).zip(results).collect()
     }
 
     /// Everything SNS would refuse that can be known before publishing.
