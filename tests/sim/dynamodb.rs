@@ -3,7 +3,7 @@
 //! that set is refused with a `ValidationException` naming it, so the model
 //! never silently accepts what it does not understand.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
@@ -38,6 +38,9 @@ pub struct Ddb {
     /// token -> (request, when it completed).
     tokens: BTreeMap<String, (String, Instant)>,
     last_ttl_sweep: Option<SystemTime>,
+    /// (when TTL deletes it, table, key) for every item written with a TTL
+    /// attribute; an entry whose item has since changed is skipped.
+    ttl_due: BTreeSet<(u64, String, String)>,
 }
 
 fn err(code: &str, message: impl Into<String>) -> Reply {
@@ -328,11 +331,14 @@ impl Ddb {
 
     fn store(&mut self, o: &Op<'_>, state: Option<Option<Item>>, history: &mut History) {
         let Some(state) = state else { return };
-        let items = &mut self
-            .tables
-            .get_mut(table_name(&o.table))
-            .expect("table")
-            .items;
+        let name = table_name(&o.table);
+        let table = self.tables.get_mut(name).expect("table");
+        if let Some(item) = &state
+            && let Some(due) = ttl_due(table, &o.key, item)
+        {
+            self.ttl_due.insert((due, name.to_owned(), o.key.clone()));
+        }
+        let items = &mut table.items;
         match state {
             Some(item) => {
                 // Keys in order: the item's wire form must not depend on a
@@ -354,7 +360,8 @@ impl Ddb {
 
     /// Deletes items whose TTL attribute is past, each some time within
     /// [`TTL_LAG`] after it expired (the lag a function of the key, so a
-    /// run stays a function of its seed).
+    /// run stays a function of its seed). Due times are kept in order as
+    /// items are written, so a sweep reads only what is due.
     fn ttl_sweep(&mut self, wall: SystemTime) {
         if self
             .last_ttl_sweep
@@ -367,26 +374,37 @@ impl Ddb {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        for t in self.tables.values_mut() {
-            let Some(attr) = t.ttl_attribute.clone() else {
+        while let Some(first) = self.ttl_due.first()
+            && first.0 <= now
+        {
+            let (due, table, key) = self.ttl_due.pop_first().expect("first");
+            let Some(t) = self.tables.get_mut(&table) else {
                 continue;
             };
-            t.items.retain(|key, item| {
-                let Some(at) = item
-                    .get(&attr)
-                    .and_then(|v| v["N"].as_str())
-                    .and_then(|n| n.parse::<u64>().ok())
-                else {
-                    return true;
-                };
-                let lag = key
-                    .bytes()
-                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
-                    % TTL_LAG.as_secs();
-                now < at + lag
-            });
+            // Still the item that was due then (not rewritten since)?
+            if t.items
+                .get(&key)
+                .is_some_and(|item| ttl_due(t, &key, item) == Some(due))
+            {
+                t.items.remove(&key);
+            }
         }
     }
+}
+
+/// When TTL deletes `item` of `table`: its expiry plus a lag below
+/// [`TTL_LAG`] drawn from the key; `None` without a TTL attribute.
+fn ttl_due(table: &Table, key: &str, item: &Item) -> Option<u64> {
+    let attr = table.ttl_attribute.as_ref()?;
+    let at = item
+        .get(attr)
+        .and_then(|v| v["N"].as_str())
+        .and_then(|n| n.parse::<u64>().ok())?;
+    let lag = key
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+        % TTL_LAG.as_secs();
+    Some(at + lag)
 }
 
 /// The table name of a name or ARN (`arn:aws:dynamodb:…:table/NAME`).
