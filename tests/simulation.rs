@@ -264,3 +264,178 @@ fn edge_3_slow_services_never_make_the_function_overrun() {
         );
     }
 }
+
+/// Edge 4 (a `Put`'s attributes are merged over its key, and DynamoDB
+/// takes a table ARN wherever it takes a name,
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html>):
+/// one job in eight returns an effect aimed at another job's items, three
+/// ways (its attributes' `pk` naming the other job's counter, or its
+/// marker; its key naming the marker through the table's ARN). idemq must
+/// refuse each before any I/O: the checker fails a run where such a write
+/// lands, a marker is overwritten, or a counter jumps.
+#[test]
+fn edge_4_effects_never_write_another_jobs_items() {
+    for seed in [401, 402, 403] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.edges.evil = 0.12;
+        let o = must_pass(&c);
+        let evil: Vec<&String> = o
+            .verdicts
+            .kinds
+            .iter()
+            .filter(|(_, kind)| *kind == "evil")
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            evil.iter().any(|k| o.attempts.contains_key(*k)),
+            "seed {seed}: no evil job ran"
+        );
+        assert!(!o.items.iter().any(|k| k.starts_with("evil#")));
+    }
+}
+
+/// Edge 5 (failure records are keyed by the id the consumer resolved):
+/// jobs known by a body pointer (`/pid`) and by their MessageId, a key
+/// prefix that is not the default, and transient failures that send them
+/// to the DLQ through SQS's own redrive, which carries no `idemq-error`
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html>).
+/// Every dead letter, read back as `idemq dlq list` reads it, shows why
+/// it died.
+#[test]
+fn edge_5_dead_letter_context_is_found_for_every_identity() {
+    for seed in [501, 502, 503] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.message_id_jobs = 0.7;
+        c.edges.pointer_jobs = 0.5;
+        c.edges.key_prefix = Some("app#".into());
+        c.edges.audit_dlq = true;
+        c.max_receive_count = 2;
+        c.rates.transient = 0.5;
+        c.redrive_every = None;
+        let o = must_pass(&c);
+        let native = o.audit.iter().filter(|(_, native, _)| *native).count();
+        assert!(native > 5, "seed {seed}: {native} natively dead-lettered");
+        let blind: Vec<&String> = o
+            .audit
+            .iter()
+            .filter(|(_, _, found)| !found)
+            .map(|(k, _, _)| k)
+            .collect();
+        assert!(
+            blind.is_empty(),
+            "seed {seed}: dead letters shown without context: {blind:?}"
+        );
+    }
+}
+
+/// Edge 7 (SQS refuses attribute values outside its character set, and a
+/// body + attributes over the queue's `MaximumMessageSize`,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>):
+/// permanent failures whose error carries U+0001 and U+FFFE, with bodies
+/// that fit the DLQ's 1 KiB only without idemq's context. Without faults
+/// each must be dead-lettered on its first attempt, not rerun on every
+/// receive.
+#[test]
+fn edge_7_refused_dead_letter_sends_do_not_loop() {
+    for seed in [701, 702, 703] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.rates = sim::faults::Rates::NONE;
+        c.bursts = 0;
+        c.duplicates = 0.0;
+        c.edges.ugly = 0.1;
+        c.edges.dlq_max_message_size = Some(1024);
+        c.max_receive_count = 5;
+        c.redrive_every = None;
+        let o = must_pass(&c);
+        let ugly: Vec<(&String, u32)> = o
+            .verdicts
+            .kinds
+            .iter()
+            .filter(|(_, kind)| *kind == "ugly")
+            .map(|(k, _)| (k, o.attempts.get(k).copied().unwrap_or(0)))
+            .collect();
+        assert!(ugly.len() > 5, "seed {seed}: {} ugly jobs", ugly.len());
+        let looped: Vec<_> = ugly.iter().filter(|(_, n)| *n != 1).collect();
+        assert!(
+            looped.is_empty(),
+            "seed {seed}: attempts of permanent failures: {looped:?}"
+        );
+    }
+}
+
+/// Edge 8 (at most 10 message attributes,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html>):
+/// every job carries 9 producer attributes; poison ones die, the operator
+/// redrives them every 2 h, they die again and are redriven again. No
+/// redrive may leave a letter behind as unsendable.
+#[test]
+fn edge_8_ten_attribute_dead_letters_can_be_redriven_again() {
+    for seed in [801, 802, 803] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.message_id_jobs = 0.0;
+        c.poison = 0.1;
+        c.edges.many_attributes = 1.0;
+        c.redrive_every = Some(std::time::Duration::from_secs(2 * 3600));
+        let o = must_pass(&c);
+        assert_eq!(o.redrive_failed, 0, "seed {seed}: letters redrive could not send");
+        let most = o.dlq_moves.values().max().copied().unwrap_or(0);
+        assert!(most >= 2, "seed {seed}: no letter redriven twice ({most})");
+    }
+}
+
+/// Edge 9 (a key-schema mismatch is a `ValidationException` that a deploy
+/// fixes, <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>):
+/// for the first hour the table's key is `id` while idemq writes `pk`;
+/// then the table is fixed. No job may be dead-lettered for it: each is
+/// retried until the fix, then applied once.
+#[test]
+fn edge_9_key_schema_mismatch_is_retried_until_the_deploy_is_fixed() {
+    for seed in [901, 902, 903] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.rates = sim::faults::Rates::NONE;
+        c.bursts = 0;
+        c.poison = 0.0;
+        c.garbage = 0.0;
+        c.later = 0.0;
+        c.max_receive_count = 20;
+        c.retention = std::time::Duration::from_secs(4 * 24 * 3600);
+        c.redrive_every = None;
+        c.edges.schema_fixed_after = Some(std::time::Duration::from_secs(3600));
+        let o = must_pass(&c);
+        assert_eq!(o.verdicts.dead_lettered, 0, "seed {seed}: {:?}", o.verdicts);
+        assert_eq!(o.verdicts.applied, o.verdicts.jobs);
+        let retried = o.attempts.values().filter(|n| **n > 1).count();
+        assert!(retried > 0, "seed {seed}: no job met the outage");
+    }
+}
+
+/// Edge 10 (DynamoDB refuses an item over 400 KB,
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-items>):
+/// permanent failures with a 600 KB error. Each dead letter's failure
+/// record must still be written (capped).
+#[test]
+fn edge_10_huge_errors_leave_capped_failure_records() {
+    for seed in [1001, 1002, 1003] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.message_id_jobs = 0.0;
+        c.edges.huge = 0.05;
+        let o = must_pass(&c);
+        let huge: Vec<&String> = o
+            .verdicts
+            .kinds
+            .iter()
+            .filter(|(_, kind)| *kind == "huge")
+            .map(|(k, _)| k)
+            .collect();
+        assert!(huge.len() > 3, "seed {seed}: {} huge jobs", huge.len());
+        let unrecorded: Vec<&&String> = huge
+            .iter()
+            .filter(|k| o.attempts.contains_key(**k))
+            .filter(|k| !o.items.contains(&format!("idemq#failure#{k}")))
+            .collect();
+        assert!(
+            unrecorded.is_empty(),
+            "seed {seed}: dead letters without a failure record: {unrecorded:?}"
+        );
+    }
+}

@@ -25,6 +25,27 @@ pub const TOKEN_WINDOW: Duration = Duration::from_secs(600);
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html>).
 pub const TTL_LAG: Duration = Duration::from_secs(48 * 3600);
 
+/// "The maximum item size in DynamoDB is 400 KB, which includes both
+/// attribute name binary length (UTF-8 length) and attribute value lengths
+/// (again binary length)"
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-items>).
+pub const MAX_ITEM_SIZE: usize = 400 * 1024;
+
+/// An item's size as DynamoDB counts it: names plus values (strings by
+/// their UTF-8 length, numbers by their digits, which slightly
+/// overcounts; other types by their JSON form, a bound).
+pub fn item_size(item: &Item) -> usize {
+    item.iter()
+        .map(|(name, v)| {
+            name.len()
+                + match (v.get("S"), v.get("N")) {
+                    (Some(Value::String(s)), _) | (_, Some(Value::String(s))) => s.len(),
+                    _ => v.to_string().len(),
+                }
+        })
+        .sum()
+}
+
 #[derive(Debug)]
 pub struct Table {
     pub key: String,
@@ -258,13 +279,31 @@ impl Ddb {
             };
         }
         // Updates are checked before anything is written, so a bad one
-        // cancels the whole transaction.
+        // cancels the whole transaction. An item that would pass 400 KB
+        // cancels it with `ValidationError` at its index
+        // (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>,
+        // TransactionCanceledException: "An item size becomes too large").
         let mut staged = Vec::new();
         for o in &ops {
             match self.next_state(o) {
                 Ok(s) => staged.push(s),
                 Err(e) => return e,
             }
+        }
+        if staged.iter().any(|s| too_large(s).is_err()) {
+            let reasons: Vec<Value> = staged
+                .iter()
+                .map(|s| match too_large(s) {
+                    Ok(()) => json!({"Code": "None"}),
+                    Err(_) => json!({"Code": "ValidationError", "Message": "Item size has exceeded the maximum allowed size"}),
+                })
+                .collect();
+            return Reply::Error {
+                status: 400,
+                kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
+                message: "Transaction cancelled, please refer cancellation reasons for specific reasons".into(),
+                extra: json!({"CancellationReasons": reasons}),
+            };
         }
         for (o, s) in ops.iter().zip(staged) {
             self.store(o, s, history);
@@ -325,6 +364,7 @@ impl Ddb {
 
     fn write(&mut self, o: &Op<'_>, history: &mut History) -> Result<(), Reply> {
         let s = self.next_state(o)?;
+        too_large(&s)?;
         self.store(o, s, history);
         Ok(())
     }
@@ -405,6 +445,17 @@ fn ttl_due(table: &Table, key: &str, item: &Item) -> Option<u64> {
         .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
         % TTL_LAG.as_secs();
     Some(at + lag)
+}
+
+/// Refuses an item over [`MAX_ITEM_SIZE`], as DynamoDB does: a
+/// `ValidationException`, nothing written.
+fn too_large(state: &Option<Option<Item>>) -> Result<(), Reply> {
+    match state {
+        Some(Some(item)) if item_size(item) > MAX_ITEM_SIZE => Err(validation(
+            "Item size has exceeded the maximum allowed size",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The table name of a name or ARN (`arn:aws:dynamodb:…:table/NAME`).

@@ -41,6 +41,8 @@ pub struct World {
     pub started: Instant,
     pub tracing: bool,
     pub trace: Vec<String>,
+    /// Handler attempts per job (its `"k"`).
+    pub attempts: std::collections::BTreeMap<String, u32>,
 }
 
 impl World {
@@ -54,6 +56,7 @@ impl World {
             started: Instant::now(),
             tracing,
             trace: Vec::new(),
+            attempts: std::collections::BTreeMap::new(),
         }
     }
 
