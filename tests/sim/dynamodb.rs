@@ -99,7 +99,7 @@ impl Ddb {
 
     /// The string key of an item or key map (tables here have a String
     /// partition key and no sort key).
-    fn key_of(&self, table: &str, item: &Value) -> Result<String, Reply> {
+    fn key_of(&self, table: &str, item: &Value, is_item: bool) -> Result<String, Reply> {
         let t = self
             .tables
             .get(crate::sim::dynamodb::table_name(table))
@@ -110,10 +110,17 @@ impl Ddb {
             .and_then(Value::as_str)
         {
             Some(k) => Ok(k.to_owned()),
-            None => Err(validation(format!(
+            // An item without the table's key, or a key that names another
+            // attribute: the two messages DynamoDB gives
+            // (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Programming.Errors.html>,
+            // ValidationException).
+            None if is_item => Err(validation(format!(
                 "One or more parameter values were invalid: Missing the key {} in the item",
                 t.key
             ))),
+            None => Err(validation(
+                "The provided key element does not match the schema",
+            )),
         }
     }
 
@@ -129,7 +136,7 @@ impl Ddb {
             "TransactWriteItems" => self.transact(req, history),
             "PutItem" => {
                 let table = req["TableName"].as_str().unwrap_or_default().to_owned();
-                let key = match self.key_of(&table, &req["Item"]) {
+                let key = match self.key_of(&table, &req["Item"], true) {
                     Ok(k) => k,
                     Err(e) => return e,
                 };
@@ -156,7 +163,7 @@ impl Ddb {
             }
             "GetItem" => {
                 let table = req["TableName"].as_str().unwrap_or_default();
-                let key = match self.key_of(table, &req["Key"]) {
+                let key = match self.key_of(table, &req["Key"], false) {
                     Ok(k) => k,
                     Err(e) => return e,
                 };
@@ -172,7 +179,7 @@ impl Ddb {
                 for (table, spec) in req["RequestItems"].as_object().cloned().unwrap_or_default() {
                     let mut found = Vec::new();
                     for k in spec["Keys"].as_array().cloned().unwrap_or_default() {
-                        let key = match self.key_of(&table, &k) {
+                        let key = match self.key_of(&table, &k, false) {
                             Ok(k) => k,
                             Err(e) => return e,
                         };
@@ -229,7 +236,7 @@ impl Ddb {
             } else {
                 &body["Key"]
             };
-            let key = match self.key_of(&table, key_source) {
+            let key = match self.key_of(&table, key_source, kind == "Put") {
                 Ok(k) => k,
                 Err(e) => return e,
             };
