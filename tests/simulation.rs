@@ -57,7 +57,7 @@ fn campaign(shard: u64) {
     let started = WallInstant::now();
     let (mut runs, mut jobs, mut applied, mut dead, mut pending, mut invocations, mut requests) =
         (0u64, 0usize, 0usize, 0usize, 0usize, 0u64, 0u64);
-    let mut faults = 0u64;
+    let (mut faults, mut conflicts) = (0u64, 0u64);
     // The shard's runs in one number: equal for equal runs (a change meant
     // only to make the simulation faster must leave it as it was).
     let mut digest = 0u64;
@@ -74,6 +74,7 @@ fn campaign(shard: u64) {
         digest = digest.rotate_left(7) ^ o.digest;
         let c = o.counts;
         faults += c.lost_before + c.lost_after + c.throttled + c.slow + c.killed + c.crashed;
+        conflicts += o.conflicts;
         if !o.verdicts.violations.is_empty() {
             eprintln!(
                 "{} (after {:.1} s of this shard)",
@@ -86,7 +87,7 @@ fn campaign(shard: u64) {
     let took = started.elapsed().as_secs_f64();
     eprintln!(
         "simulation shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
-         {invocations} invocations, {requests} requests, {faults} injected faults, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
+         {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
         jobs as f64 / took
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
@@ -438,4 +439,37 @@ fn edge_10_huge_errors_leave_capped_failure_records() {
             "seed {seed}: dead letters without a failure record: {unrecorded:?}"
         );
     }
+}
+
+/// DynamoDB cancels a transaction that touches an item another
+/// transaction is still working on, with `TransactionConflict` at that
+/// index (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html>,
+/// "Transaction conflict handling"). Every job is sent twice at once and
+/// every handler takes the same 100 ms, so the two copies' commits race on
+/// the marker. The loser must be retried (then seen as the duplicate it
+/// is), never dead-lettered and never applied twice: without faults and
+/// without failing jobs, the DLQ ends empty.
+#[test]
+fn racing_copies_conflict_and_apply_once() {
+    let mut conflicts = 0;
+    for seed in [1101, 1102, 1103] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.rates = sim::faults::Rates::NONE;
+        c.bursts = 0;
+        c.poison = 0.0;
+        c.garbage = 0.0;
+        c.later = 0.0;
+        c.message_id_jobs = 0.0;
+        c.duplicates = 1.0;
+        c.mapping.batch_size = 1;
+        c.mapping.concurrency = 4;
+        c.redrive_every = None;
+        c.edges.duplicate_gap = Some(std::time::Duration::ZERO);
+        c.edges.handler_time = Some(std::time::Duration::from_millis(100));
+        let o = must_pass(&c);
+        conflicts += o.conflicts;
+        assert_eq!(o.dlq_left, 0, "seed {seed}: {:?}", o.verdicts);
+        assert_eq!(o.verdicts.applied, o.verdicts.jobs);
+    }
+    assert!(conflicts > 10, "only {conflicts} conflicts");
 }

@@ -25,6 +25,15 @@ pub const TOKEN_WINDOW: Duration = Duration::from_secs(600);
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html>).
 pub const TTL_LAG: Duration = Duration::from_secs(48 * 3600);
 
+/// How long a committed transaction stays in progress on its items: a
+/// transaction touching one of them meanwhile is cancelled with
+/// `TransactionConflict` at that index, and a retry with the same
+/// `ClientRequestToken` gets `TransactionInProgressException`
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html>,
+/// "Transaction conflict handling"; the model applies a request at one
+/// instant, so this is the window in which two count as "at once").
+pub const TRANSACTION_HOLD: Duration = Duration::from_millis(30);
+
 /// "The maximum item size in DynamoDB is 400 KB, which includes both
 /// attribute name binary length (UTF-8 length) and attribute value lengths
 /// (again binary length)"
@@ -62,6 +71,12 @@ pub struct Ddb {
     /// (when TTL deletes it, table, key) for every item written with a TTL
     /// attribute; an entry whose item has since changed is skipped.
     ttl_due: BTreeSet<(u64, String, String)>,
+    /// (table, key) -> (until, token) of the transactions still in
+    /// progress on each item ([`TRANSACTION_HOLD`]).
+    busy: BTreeMap<(String, String), (Instant, Option<String>)>,
+    /// Transactions cancelled by a conflict, and retries refused as in
+    /// progress.
+    pub conflicts: u64,
 }
 
 fn err(code: &str, message: impl Into<String>) -> Reply {
@@ -208,6 +223,14 @@ impl Ddb {
         self.tokens
             .retain(|_, (_, at)| now.duration_since(*at) < TOKEN_WINDOW);
         let token = req["ClientRequestToken"].as_str().map(str::to_owned);
+        self.busy.retain(|_, (until, _)| *until > now);
+        if token.is_some() && self.busy.values().any(|(_, t)| *t == token) {
+            self.conflicts += 1;
+            return err(
+                "TransactionInProgressException",
+                "The transaction with the given request token is already in progress.",
+            );
+        }
         let canonical = req.to_string();
         if let Some(t) = &token
             && let Some((seen, _)) = self.tokens.get(t)
@@ -251,6 +274,34 @@ impl Ddb {
                 body,
                 kind: kind.as_str(),
             });
+        }
+        // Another transaction still in progress on one of these items
+        // cancels this one ("TransactionConflict" at that index, "None"
+        // at the others).
+        if ops
+            .iter()
+            .any(|o| self.busy.contains_key(&(table_name(&o.table).to_owned(), o.key.clone())))
+        {
+            self.conflicts += 1;
+            let reasons: Vec<Value> = ops
+                .iter()
+                .map(|o| {
+                    if self
+                        .busy
+                        .contains_key(&(table_name(&o.table).to_owned(), o.key.clone()))
+                    {
+                        json!({"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"})
+                    } else {
+                        json!({"Code": "None"})
+                    }
+                })
+                .collect();
+            return Reply::Error {
+                status: 400,
+                kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
+                message: "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict]".into(),
+                extra: json!({"CancellationReasons": reasons}),
+            };
         }
         let mut reasons = Vec::new();
         let mut cancelled = false;
@@ -314,6 +365,10 @@ impl Ddb {
         }
         for (o, s) in ops.iter().zip(staged) {
             self.store(o, s, history);
+            self.busy.insert(
+                (table_name(&o.table).to_owned(), o.key.clone()),
+                (now + TRANSACTION_HOLD, token.clone()),
+            );
         }
         if let Some(t) = token {
             self.tokens.insert(t, (canonical, now));

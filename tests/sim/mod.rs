@@ -43,6 +43,8 @@ pub struct World {
     pub trace: Vec<String>,
     /// Handler attempts per job (its `"k"`).
     pub attempts: std::collections::BTreeMap<String, u32>,
+    /// Fixed duration of a successful handler attempt (an edge test's).
+    pub handler_time: Option<std::time::Duration>,
 }
 
 impl World {
@@ -57,6 +59,7 @@ impl World {
             tracing,
             trace: Vec::new(),
             attempts: std::collections::BTreeMap::new(),
+            handler_time: None,
         }
     }
 

@@ -86,6 +86,13 @@ pub struct Edges {
     /// After the run, read every dead letter's context through idemq's own
     /// lookup (edge 5).
     pub audit_dlq: bool,
+    /// The second send of a duplicated job comes this long after the
+    /// first (default: 1 s to 2 h later).
+    pub duplicate_gap: Option<Duration>,
+    /// Every successful handler attempt takes this long (default: 5 to
+    /// 800 ms, drawn per attempt): copies received together then commit
+    /// together, and their transactions conflict.
+    pub handler_time: Option<Duration>,
 }
 
 impl Config {
@@ -143,6 +150,11 @@ pub struct Outcome {
     pub attempts: BTreeMap<String, u32>,
     /// Dead letters that redrive runs could not move (their `failed`).
     pub redrive_failed: u64,
+    /// Transactions cancelled by `TransactionConflict` (or refused as in
+    /// progress).
+    pub conflicts: u64,
+    /// Messages left in the DLQ at the end.
+    pub dlq_left: usize,
     /// Copies of each job deleted from the DLQ (moved by a redrive).
     pub dlq_moves: BTreeMap<String, u32>,
     /// Keys of the table's items at the end.
@@ -212,6 +224,7 @@ async fn simulate(config: Config) -> Outcome {
     let world = Arc::new(Mutex::new(World::new(faults, config.tracing)));
     {
         let mut w = world.lock().expect("world");
+        w.handler_time = config.edges.handler_time;
         let mut source = Queue::new(SOURCE, config.visibility, config.retention);
         source.redrive = Some((DLQ.into(), config.max_receive_count));
         w.sqs.add(source);
@@ -367,6 +380,8 @@ async fn simulate(config: Config) -> Outcome {
         trace: std::mem::take(&mut w.trace),
         attempts: std::mem::take(&mut w.attempts),
         redrive_failed,
+        conflicts: w.ddb.conflicts,
+        dlq_left: w.sqs.queues[DLQ].messages.len(),
         dlq_moves,
         items: w.ddb.tables[TABLE].items.keys().cloned().collect(),
         audit,
@@ -439,6 +454,7 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
             Err(JobError::transient("sim: hung"))
         }
         Attempt::Ok(took) => {
+            let took = world.lock().expect("world").handler_time.unwrap_or(took);
             tokio::time::sleep(took).await;
             Ok(Effect::new().with(
                 Write::update(
@@ -549,6 +565,7 @@ fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
         let body = body.to_string();
         if stable && rng.random_bool(config.duplicates) {
             let again = at + Duration::from_secs(rng.random_range(1..7200));
+            let again = config.edges.duplicate_gap.map_or(again, |gap| at + gap);
             sends.push(Send {
                 at: again,
                 body: body.clone(),
