@@ -14,7 +14,7 @@ use std::time::Instant as WallInstant;
 use sim::run::{Config, Outcome, run};
 
 /// Seeds `make test` runs, split over [`SHARDS`] test threads.
-const DEFAULT_SEEDS: u64 = 64;
+const DEFAULT_SEEDS: u64 = 128;
 const SHARDS: u64 = 4;
 
 fn env_u64(name: &str, default: u64) -> u64 {
