@@ -378,7 +378,10 @@ fn edge_8_ten_attribute_dead_letters_can_be_redriven_again() {
         c.edges.many_attributes = 1.0;
         c.redrive_every = Some(std::time::Duration::from_secs(2 * 3600));
         let o = must_pass(&c);
-        assert_eq!(o.redrive_failed, 0, "seed {seed}: letters redrive could not send");
+        assert_eq!(
+            o.redrive_failed, 0,
+            "seed {seed}: letters redrive could not send"
+        );
         let most = o.dlq_moves.values().max().copied().unwrap_or(0);
         assert!(most >= 2, "seed {seed}: no letter redriven twice ({most})");
     }

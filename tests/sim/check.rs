@@ -178,8 +178,9 @@ pub fn check(
                     ));
                 }
                 if key.starts_with("evil#") {
-                    v.violations
-                        .push(format!("{key}: an effect aimed at another job's item was written"));
+                    v.violations.push(format!(
+                        "{key}: an effect aimed at another job's item was written"
+                    ));
                 }
                 if let Some(k) = key.strip_prefix("count#") {
                     let n: u64 = item["n"]["N"]
@@ -205,7 +206,10 @@ pub fn check(
     for (k, kind) in &kinds {
         v.jobs += 1;
         let n = applied.get(k).copied().unwrap_or(0);
-        let must_fail = matches!(kind.as_str(), "poison" | "garbage" | "evil" | "ugly" | "huge");
+        let must_fail = matches!(
+            kind.as_str(),
+            "poison" | "garbage" | "evil" | "ugly" | "huge"
+        );
         if must_fail && n > 0 {
             v.violations.push(format!("{k}: a {kind} job was applied"));
         }

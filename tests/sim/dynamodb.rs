@@ -278,10 +278,10 @@ impl Ddb {
         // Another transaction still in progress on one of these items
         // cancels this one ("TransactionConflict" at that index, "None"
         // at the others).
-        if ops
-            .iter()
-            .any(|o| self.busy.contains_key(&(table_name(&o.table).to_owned(), o.key.clone())))
-        {
+        if ops.iter().any(|o| {
+            self.busy
+                .contains_key(&(table_name(&o.table).to_owned(), o.key.clone()))
+        }) {
             self.conflicts += 1;
             let reasons: Vec<Value> = ops
                 .iter()
@@ -359,7 +359,9 @@ impl Ddb {
             return Reply::Error {
                 status: 400,
                 kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
-                message: "Transaction cancelled, please refer cancellation reasons for specific reasons".into(),
+                message:
+                    "Transaction cancelled, please refer cancellation reasons for specific reasons"
+                        .into(),
                 extra: json!({"CancellationReasons": reasons}),
             };
         }

@@ -398,15 +398,17 @@ async fn audit_dlq(
 ) -> Vec<(String, bool, bool)> {
     let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
     let scan = peek.scan(None, |_| {}).await.expect("scan");
-    let keys: Vec<(Option<String>, String)> =
-        scan.messages.iter().map(|m| m.record_key(resolver)).collect();
+    let keys: Vec<(Option<String>, String)> = scan
+        .messages
+        .iter()
+        .map(|m| m.record_key(resolver))
+        .collect();
     let records = dead_letters.read_many(&keys).await.expect("records");
     scan.messages
         .iter()
         .zip(&keys)
         .map(|(m, key)| {
-            let context =
-                idemq::dlq::peek::Context::of(m, key.0.as_deref(), records.get(key));
+            let context = idemq::dlq::peek::Context::of(m, key.0.as_deref(), records.get(key));
             (
                 check::job_of(&m.body).unwrap_or_default(),
                 m.source_arn().is_some(),
@@ -432,7 +434,12 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
         // U+0001 and U+FFFE: outside the characters SQS takes in an
         // attribute value.
         "ugly" => return Err(JobError::permanent("sim: ugly \u{1} \u{fffe} error")),
-        "huge" => return Err(JobError::permanent(format!("sim: huge {}", "e".repeat(600_000)))),
+        "huge" => {
+            return Err(JobError::permanent(format!(
+                "sim: huge {}",
+                "e".repeat(600_000)
+            )));
+        }
         "evil" => return Ok(evil_effect(&job)),
         _ => {}
     }
@@ -493,7 +500,11 @@ fn evil_effect(job: &SimJob) -> Effect {
             [("pk".to_owned(), s(format!("idemq#job#{target}")))].into(),
         ),
         _ => Write::put(
-            format!("arn:aws:dynamodb:{}:{}:table/{TABLE}", sqs::REGION, sqs::ACCOUNT),
+            format!(
+                "arn:aws:dynamodb:{}:{}:table/{TABLE}",
+                sqs::REGION,
+                sqs::ACCOUNT
+            ),
             Key::string("pk", format!("idemq#job#{target}")),
             Default::default(),
         ),
@@ -696,11 +707,11 @@ async fn operate(
             Some(Ok(r)) => {
                 counts.lock().expect("counts").2 += r.failed.len() as u64;
                 format!(
-                "operator: redrive moved {}, failed {}, sent-not-deleted {}",
-                r.moved.len(),
-                r.failed.len(),
-                r.sent_not_deleted.len()
-            )
+                    "operator: redrive moved {}, failed {}, sent-not-deleted {}",
+                    r.moved.len(),
+                    r.failed.len(),
+                    r.sent_not_deleted.len()
+                )
             }
             Some(Err(e)) => format!("operator: redrive failed: {e}"),
         };
