@@ -476,3 +476,27 @@ fn racing_copies_conflict_and_apply_once() {
     }
     assert!(conflicts > 10, "only {conflicts} conflicts");
 }
+
+/// SQS's move task (`idemq dlq redrive --native`) gives every message it
+/// moves a new MessageId
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>).
+/// Hosts killed and crashing after commits, maxReceiveCount 2, an operator
+/// every 3 h who starts a move task when the CLI allows it (every letter
+/// with a stable id) and idemq's redrive otherwise: nothing applied twice,
+/// and the move tasks did move letters.
+#[test]
+fn native_move_tasks_apply_once() {
+    let mut moved = 0;
+    for (seed, message_id_jobs) in [(1201, 0.0), (1202, 0.0), (1203, 0.3)] {
+        let mut c = Config::of_seed(seed, 24.0);
+        c.message_id_jobs = message_id_jobs;
+        c.max_receive_count = 2;
+        c.rates.kill = 0.15;
+        c.rates.crash = 0.15;
+        c.redrive_every = Some(std::time::Duration::from_secs(3 * 3600));
+        c.edges.native_redrive = true;
+        let o = must_pass(&c);
+        moved += o.native_moved;
+    }
+    assert!(moved > 0, "no move task moved a letter");
+}

@@ -66,12 +66,16 @@ impl World {
     /// One request, applied at this instant.
     pub fn apply(&mut self, service: &str, op: &str, body: &Value) -> Reply {
         let wall = idemq::clock::now();
+        let moves = self.sqs.moves;
         let reply = if service == "dynamodb" {
             self.ddb.apply(op, body, wall, &mut self.history)
         } else {
             self.sqs.apply(op, body, wall, &mut self.history)
         };
-        if service == "sqs" && (op.starts_with("Send") || op.starts_with("ChangeMessageVisibility"))
+        if service == "sqs"
+            && (op.starts_with("Send")
+                || op.starts_with("ChangeMessageVisibility")
+                || self.sqs.moves != moves)
         {
             self.changed.notify_waiters();
         }

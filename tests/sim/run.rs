@@ -89,6 +89,13 @@ pub struct Edges {
     /// The second send of a duplicated job comes this long after the
     /// first (default: 1 s to 2 h later).
     pub duplicate_gap: Option<Duration>,
+    /// The operator runs `idemq dlq redrive --native` (SQS's move task)
+    /// when every letter has a stable id, and idemq's redrive otherwise,
+    /// as the CLI tells it to.
+    pub native_redrive: bool,
+    /// The operator passes `--force`: the move task runs even when
+    /// letters are known only by their MessageId.
+    pub force_native: bool,
     /// Every successful handler attempt takes this long (default: 5 to
     /// 800 ms, drawn per attempt): copies received together then commit
     /// together, and their transactions conflict.
@@ -153,6 +160,8 @@ pub struct Outcome {
     /// Transactions cancelled by `TransactionConflict` (or refused as in
     /// progress).
     pub conflicts: u64,
+    /// Letters moved back by move tasks the operator started.
+    pub native_moved: u64,
     /// Messages left in the DLQ at the end.
     pub dlq_left: usize,
     /// Copies of each job deleted from the DLQ (moved by a redrive).
@@ -280,7 +289,7 @@ async fn simulate(config: Config) -> Outcome {
 
     let schedule = schedule(&config, &mut rng);
     let invocations = Mutex::new(0u64);
-    let operator_counts = Mutex::new((0u64, 0u64, 0u64));
+    let operator_counts = Mutex::new((0u64, 0u64, 0u64, 0u64));
     let envs = (0..config.mapping.concurrency).map(|_| {
         lambda::environment(
             &world,
@@ -296,6 +305,7 @@ async fn simulate(config: Config) -> Outcome {
         &world,
         &sqs_client,
         &dead_letters,
+        &resolver,
         &config,
         end,
         &operator_counts,
@@ -356,7 +366,8 @@ async fn simulate(config: Config) -> Outcome {
         &dlq_final,
         &w.ddb.tables[TABLE].items,
     );
-    let (redrives, redrives_overran, redrive_failed) = *operator_counts.lock().expect("counts");
+    let (redrives, redrives_overran, redrive_failed, native_moved) =
+        *operator_counts.lock().expect("counts");
     let mut dlq_moves: BTreeMap<String, u32> = BTreeMap::new();
     for e in &w.history.events {
         if let Event::Deleted { queue, body, .. } = e
@@ -381,6 +392,7 @@ async fn simulate(config: Config) -> Outcome {
         attempts: std::mem::take(&mut w.attempts),
         redrive_failed,
         conflicts: w.ddb.conflicts,
+        native_moved,
         dlq_left: w.sqs.queues[DLQ].messages.len(),
         dlq_moves,
         items: w.ddb.tables[TABLE].items.keys().cloned().collect(),
@@ -644,6 +656,43 @@ async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send
     }
 }
 
+/// `idemq dlq redrive --native --to <source>`: what the CLI checks first
+/// (src/bin/idemq/dlq/redrive.rs: a scan, and no letter known only by its
+/// MessageId, unless `--force`), then the library's own `start_native` and
+/// `native_status` until the task ends. `None`: refused, run idemq's
+/// redrive instead.
+async fn native_redrive(
+    peek: &Peek,
+    sqs_client: &aws_sdk_sqs::Client,
+    resolver: &JobIdResolver,
+    force: bool,
+) -> Result<Option<u64>, idemq::dlq::DlqError> {
+    use idemq::dlq::redrive::{native_status, queue_arn, start_native};
+    if !force {
+        let scan = peek.scan(None, |_| {}).await?;
+        peek.release(&scan.messages).await;
+        let unstable = scan
+            .messages
+            .iter()
+            .filter(|m| matches!(m.resolve(resolver), Ok((_, idemq::JobIdSource::MessageId))))
+            .count();
+        if unstable > 0 || scan.unseen > 0 {
+            return Ok(None);
+        }
+    }
+    let dlq_arn = queue_arn(sqs_client, &sqs::url(DLQ)).await?;
+    let to = queue_arn(sqs_client, &sqs::url(SOURCE)).await?;
+    start_native(sqs_client, &dlq_arn, Some(&to), Some(50)).await?;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some(task) = native_status(sqs_client, &dlq_arn).await?
+            && task.status != "RUNNING"
+        {
+            return Ok(Some(task.moved.max(0) as u64));
+        }
+    }
+}
+
 /// `SIM_REDRIVE_MAX=1`: the operator runs redrive with `--max` the depth it
 /// saw first. By default it runs it as most operators do, unbounded: a run
 /// moves each job at most once, so it ends even while the letters it moved
@@ -658,11 +707,12 @@ async fn operate(
     world: &Arc<Mutex<World>>,
     sqs_client: &aws_sdk_sqs::Client,
     dead_letters: &DeadLetters,
+    resolver: &JobIdResolver,
     config: &Config,
     end: Instant,
     // (redrives run, redrives stopped while still moving letters, letters
-    // redrives could not move)
-    counts: &Mutex<(u64, u64, u64)>,
+    // redrives could not move, letters move tasks moved)
+    counts: &Mutex<(u64, u64, u64, u64)>,
     rng: &mut StdRng,
 ) {
     let Some(every) = config.redrive_every else {
@@ -683,6 +733,13 @@ async fn operate(
             .then(|| Duration::from_millis(rng.random_range(0..20_000)));
         let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
         let work = async {
+            if config.edges.native_redrive
+                && let Some(moved) =
+                    native_redrive(&peek, sqs_client, resolver, config.edges.force_native).await?
+            {
+                counts.lock().expect("counts").3 += moved;
+                return Ok(idemq::dlq::redrive::RedriveReport::default());
+            }
             let max = if bounded_redrive() {
                 Some(peek.depth().await?.total() as usize)
             } else {
