@@ -304,8 +304,7 @@ async fn simulate(config: Config) -> Outcome {
     let operate = operate(
         &world,
         &sqs_client,
-        &dead_letters,
-        &resolver,
+        (&dead_letters, &resolver),
         &config,
         end,
         &operator_counts,
@@ -706,8 +705,9 @@ fn bounded_redrive() -> bool {
 async fn operate(
     world: &Arc<Mutex<World>>,
     sqs_client: &aws_sdk_sqs::Client,
-    dead_letters: &DeadLetters,
-    resolver: &JobIdResolver,
+    // What `idemq dlq` builds from the environment: the failure records'
+    // reader and the consumer's job id resolver.
+    (dead_letters, resolver): (&DeadLetters, &JobIdResolver),
     config: &Config,
     end: Instant,
     // (redrives run, redrives stopped while still moving letters, letters
