@@ -146,8 +146,11 @@ fn replay() {
 /// A run is a function of its seed: the same seed, the same history.
 #[test]
 fn a_seed_replays_exactly() {
-    for seed in [3, 11] {
-        let mut config = Config::of_seed(seed, 6.0);
+    // Seed 59 (24 h): a producer's retry after a throttled batch drifted
+    // by milliseconds between runs while its jitter came from an unseeded
+    // generator (src/producer.rs).
+    for (seed, hours) in [(3, 6.0), (11, 6.0), (59, 24.0)] {
+        let mut config = Config::of_seed(seed, hours);
         config.tracing = true;
         let a = run(&config);
         let b = run(&config);
