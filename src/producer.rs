@@ -506,9 +506,10 @@ impl Producer {
         let mut last_error = String::new();
         for attempt in 1..=MAX_ATTEMPTS {
             if attempt > 1 {
-                // The thread-local rng is not Send: dropped before the
-                // await, so a send can run inside a batch (follow-ups).
-                let delay = RETRY_BACKOFF.delay(attempt - 1, &mut rand::rng());
+                // The clock's jitter source: seeded in the simulation, so a
+                // run replays exactly (it drifted by milliseconds here). The
+                // delay is drawn before the await: the generator is not Send.
+                let delay = crate::clock::with_jitter(|r| RETRY_BACKOFF.delay(attempt - 1, r));
                 tokio::time::sleep(delay).await;
             }
             let entries: Result<Vec<_>, String> =

@@ -201,7 +201,8 @@ impl TopicProducer {
         let mut last_error = String::new();
         for attempt in 1..=MAX_ATTEMPTS {
             if attempt > 1 {
-                tokio::time::sleep(RETRY_BACKOFF.delay(attempt - 1, &mut rand::rng())).await;
+                let delay = crate::clock::with_jitter(|r| RETRY_BACKOFF.delay(attempt - 1, r));
+                tokio::time::sleep(delay).await;
             }
             let entries: Result<Vec<_>, String> =
                 pending.iter().map(|&i| self.entry(i, &jobs[i])).collect();

@@ -77,6 +77,8 @@ pub struct Verdicts {
     pub pending: usize,
     pub expired: usize,
     pub violations: Vec<String>,
+    /// Each job's kind (its body's `"kind"`).
+    pub kinds: BTreeMap<String, String>,
 }
 
 /// Replays the history in order and checks, at each step and at the end:
@@ -84,7 +86,11 @@ pub struct Verdicts {
 ///   the DLQ by a redrive) unless the job is applied or another copy of it
 ///   lives on, on the queue or in the DLQ;
 /// - no job's effect is applied twice;
-/// - no job that must fail (`poison`, `garbage`) is applied;
+/// - no job that must fail (`poison`, `garbage`, and the edges' `evil`,
+///   `ugly`, `huge`) is applied;
+/// - no marker is written but whole by its own commit (edge 4: an effect
+///   aimed at another job's marker), and no effect lands on an item it did
+///   not name as its key;
 /// - at the end every job is applied, or in the DLQ with its context (an
 ///   `idemq-error` attribute or a failure record), or still on the source
 ///   queue; none is lost (expired, or deleted unapplied);
@@ -159,6 +165,23 @@ pub fn check(
                 }
             }
             Event::Written { key, item } => {
+                // A marker (`<prefix>job#<id>`) is only ever written by
+                // idemq's commit, whole: anything else there overwrote it.
+                if let Some((_, id)) = key.split_once("job#")
+                    && !key.starts_with("count#")
+                    && !key.starts_with("evil#")
+                    && (item["job_id"]["S"].as_str() != Some(id)
+                        || item["payload_hash"]["S"].as_str().is_none())
+                {
+                    v.violations.push(format!(
+                        "{key}: a marker overwritten by something other than its commit"
+                    ));
+                }
+                if key.starts_with("evil#") {
+                    v.violations.push(format!(
+                        "{key}: an effect aimed at another job's item was written"
+                    ));
+                }
                 if let Some(k) = key.strip_prefix("count#") {
                     let n: u64 = item["n"]["N"]
                         .as_str()
@@ -183,7 +206,10 @@ pub fn check(
     for (k, kind) in &kinds {
         v.jobs += 1;
         let n = applied.get(k).copied().unwrap_or(0);
-        let must_fail = kind == "poison" || kind == "garbage";
+        let must_fail = matches!(
+            kind.as_str(),
+            "poison" | "garbage" | "evil" | "ugly" | "huge"
+        );
         if must_fail && n > 0 {
             v.violations.push(format!("{k}: a {kind} job was applied"));
         }
@@ -212,5 +238,6 @@ pub fn check(
             "{k}: lost: not applied, not in the DLQ, not on the queue{why}"
         ));
     }
+    v.kinds = kinds;
     v
 }

@@ -3,7 +3,7 @@
 //! that set is refused with a `ValidationException` naming it, so the model
 //! never silently accepts what it does not understand.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
@@ -25,6 +25,36 @@ pub const TOKEN_WINDOW: Duration = Duration::from_secs(600);
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html>).
 pub const TTL_LAG: Duration = Duration::from_secs(48 * 3600);
 
+/// How long a committed transaction stays in progress on its items: a
+/// transaction touching one of them meanwhile is cancelled with
+/// `TransactionConflict` at that index, and a retry with the same
+/// `ClientRequestToken` gets `TransactionInProgressException`
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html>,
+/// "Transaction conflict handling"; the model applies a request at one
+/// instant, so this is the window in which two count as "at once").
+pub const TRANSACTION_HOLD: Duration = Duration::from_millis(30);
+
+/// "The maximum item size in DynamoDB is 400 KB, which includes both
+/// attribute name binary length (UTF-8 length) and attribute value lengths
+/// (again binary length)"
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-items>).
+pub const MAX_ITEM_SIZE: usize = 400 * 1024;
+
+/// An item's size as DynamoDB counts it: names plus values (strings by
+/// their UTF-8 length, numbers by their digits, which slightly
+/// overcounts; other types by their JSON form, a bound).
+pub fn item_size(item: &Item) -> usize {
+    item.iter()
+        .map(|(name, v)| {
+            name.len()
+                + match (v.get("S"), v.get("N")) {
+                    (Some(Value::String(s)), _) | (_, Some(Value::String(s))) => s.len(),
+                    _ => v.to_string().len(),
+                }
+        })
+        .sum()
+}
+
 #[derive(Debug)]
 pub struct Table {
     pub key: String,
@@ -38,6 +68,15 @@ pub struct Ddb {
     /// token -> (request, when it completed).
     tokens: BTreeMap<String, (String, Instant)>,
     last_ttl_sweep: Option<SystemTime>,
+    /// (when TTL deletes it, table, key) for every item written with a TTL
+    /// attribute; an entry whose item has since changed is skipped.
+    ttl_due: BTreeSet<(u64, String, String)>,
+    /// (table, key) -> (until, token) of the transactions still in
+    /// progress on each item ([`TRANSACTION_HOLD`]).
+    busy: BTreeMap<(String, String), (Instant, Option<String>)>,
+    /// Transactions cancelled by a conflict, and retries refused as in
+    /// progress.
+    pub conflicts: u64,
 }
 
 fn err(code: &str, message: impl Into<String>) -> Reply {
@@ -75,7 +114,7 @@ impl Ddb {
 
     /// The string key of an item or key map (tables here have a String
     /// partition key and no sort key).
-    fn key_of(&self, table: &str, item: &Value) -> Result<String, Reply> {
+    fn key_of(&self, table: &str, item: &Value, is_item: bool) -> Result<String, Reply> {
         let t = self
             .tables
             .get(crate::sim::dynamodb::table_name(table))
@@ -86,10 +125,17 @@ impl Ddb {
             .and_then(Value::as_str)
         {
             Some(k) => Ok(k.to_owned()),
-            None => Err(validation(format!(
+            // An item without the table's key, or a key that names another
+            // attribute: the two messages DynamoDB gives
+            // (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Programming.Errors.html>,
+            // ValidationException).
+            None if is_item => Err(validation(format!(
                 "One or more parameter values were invalid: Missing the key {} in the item",
                 t.key
             ))),
+            None => Err(validation(
+                "The provided key element does not match the schema",
+            )),
         }
     }
 
@@ -105,7 +151,7 @@ impl Ddb {
             "TransactWriteItems" => self.transact(req, history),
             "PutItem" => {
                 let table = req["TableName"].as_str().unwrap_or_default().to_owned();
-                let key = match self.key_of(&table, &req["Item"]) {
+                let key = match self.key_of(&table, &req["Item"], true) {
                     Ok(k) => k,
                     Err(e) => return e,
                 };
@@ -132,7 +178,7 @@ impl Ddb {
             }
             "GetItem" => {
                 let table = req["TableName"].as_str().unwrap_or_default();
-                let key = match self.key_of(table, &req["Key"]) {
+                let key = match self.key_of(table, &req["Key"], false) {
                     Ok(k) => k,
                     Err(e) => return e,
                 };
@@ -148,7 +194,7 @@ impl Ddb {
                 for (table, spec) in req["RequestItems"].as_object().cloned().unwrap_or_default() {
                     let mut found = Vec::new();
                     for k in spec["Keys"].as_array().cloned().unwrap_or_default() {
-                        let key = match self.key_of(&table, &k) {
+                        let key = match self.key_of(&table, &k, false) {
                             Ok(k) => k,
                             Err(e) => return e,
                         };
@@ -177,6 +223,14 @@ impl Ddb {
         self.tokens
             .retain(|_, (_, at)| now.duration_since(*at) < TOKEN_WINDOW);
         let token = req["ClientRequestToken"].as_str().map(str::to_owned);
+        self.busy.retain(|_, (until, _)| *until > now);
+        if token.is_some() && self.busy.values().any(|(_, t)| *t == token) {
+            self.conflicts += 1;
+            return err(
+                "TransactionInProgressException",
+                "The transaction with the given request token is already in progress.",
+            );
+        }
         let canonical = req.to_string();
         if let Some(t) = &token
             && let Some((seen, _)) = self.tokens.get(t)
@@ -205,7 +259,7 @@ impl Ddb {
             } else {
                 &body["Key"]
             };
-            let key = match self.key_of(&table, key_source) {
+            let key = match self.key_of(&table, key_source, kind == "Put") {
                 Ok(k) => k,
                 Err(e) => return e,
             };
@@ -220,6 +274,34 @@ impl Ddb {
                 body,
                 kind: kind.as_str(),
             });
+        }
+        // Another transaction still in progress on one of these items
+        // cancels this one ("TransactionConflict" at that index, "None"
+        // at the others).
+        if ops.iter().any(|o| {
+            self.busy
+                .contains_key(&(table_name(&o.table).to_owned(), o.key.clone()))
+        }) {
+            self.conflicts += 1;
+            let reasons: Vec<Value> = ops
+                .iter()
+                .map(|o| {
+                    if self
+                        .busy
+                        .contains_key(&(table_name(&o.table).to_owned(), o.key.clone()))
+                    {
+                        json!({"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"})
+                    } else {
+                        json!({"Code": "None"})
+                    }
+                })
+                .collect();
+            return Reply::Error {
+                status: 400,
+                kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
+                message: "Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict]".into(),
+                extra: json!({"CancellationReasons": reasons}),
+            };
         }
         let mut reasons = Vec::new();
         let mut cancelled = false;
@@ -255,7 +337,10 @@ impl Ddb {
             };
         }
         // Updates are checked before anything is written, so a bad one
-        // cancels the whole transaction.
+        // cancels the whole transaction. An item that would pass 400 KB
+        // cancels it with `ValidationError` at its index
+        // (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>,
+        // TransactionCanceledException: "An item size becomes too large").
         let mut staged = Vec::new();
         for o in &ops {
             match self.next_state(o) {
@@ -263,8 +348,29 @@ impl Ddb {
                 Err(e) => return e,
             }
         }
+        if staged.iter().any(|s| too_large(s).is_err()) {
+            let reasons: Vec<Value> = staged
+                .iter()
+                .map(|s| match too_large(s) {
+                    Ok(()) => json!({"Code": "None"}),
+                    Err(_) => json!({"Code": "ValidationError", "Message": "Item size has exceeded the maximum allowed size"}),
+                })
+                .collect();
+            return Reply::Error {
+                status: 400,
+                kind: "com.amazonaws.dynamodb.v20120810#TransactionCanceledException".into(),
+                message:
+                    "Transaction cancelled, please refer cancellation reasons for specific reasons"
+                        .into(),
+                extra: json!({"CancellationReasons": reasons}),
+            };
+        }
         for (o, s) in ops.iter().zip(staged) {
             self.store(o, s, history);
+            self.busy.insert(
+                (table_name(&o.table).to_owned(), o.key.clone()),
+                (now + TRANSACTION_HOLD, token.clone()),
+            );
         }
         if let Some(t) = token {
             self.tokens.insert(t, (canonical, now));
@@ -322,17 +428,21 @@ impl Ddb {
 
     fn write(&mut self, o: &Op<'_>, history: &mut History) -> Result<(), Reply> {
         let s = self.next_state(o)?;
+        too_large(&s)?;
         self.store(o, s, history);
         Ok(())
     }
 
     fn store(&mut self, o: &Op<'_>, state: Option<Option<Item>>, history: &mut History) {
         let Some(state) = state else { return };
-        let items = &mut self
-            .tables
-            .get_mut(table_name(&o.table))
-            .expect("table")
-            .items;
+        let name = table_name(&o.table);
+        let table = self.tables.get_mut(name).expect("table");
+        if let Some(item) = &state
+            && let Some(due) = ttl_due(table, &o.key, item)
+        {
+            self.ttl_due.insert((due, name.to_owned(), o.key.clone()));
+        }
+        let items = &mut table.items;
         match state {
             Some(item) => {
                 // Keys in order: the item's wire form must not depend on a
@@ -354,7 +464,8 @@ impl Ddb {
 
     /// Deletes items whose TTL attribute is past, each some time within
     /// [`TTL_LAG`] after it expired (the lag a function of the key, so a
-    /// run stays a function of its seed).
+    /// run stays a function of its seed). Due times are kept in order as
+    /// items are written, so a sweep reads only what is due.
     fn ttl_sweep(&mut self, wall: SystemTime) {
         if self
             .last_ttl_sweep
@@ -367,25 +478,47 @@ impl Ddb {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        for t in self.tables.values_mut() {
-            let Some(attr) = t.ttl_attribute.clone() else {
+        while let Some(first) = self.ttl_due.first()
+            && first.0 <= now
+        {
+            let (due, table, key) = self.ttl_due.pop_first().expect("first");
+            let Some(t) = self.tables.get_mut(&table) else {
                 continue;
             };
-            t.items.retain(|key, item| {
-                let Some(at) = item
-                    .get(&attr)
-                    .and_then(|v| v["N"].as_str())
-                    .and_then(|n| n.parse::<u64>().ok())
-                else {
-                    return true;
-                };
-                let lag = key
-                    .bytes()
-                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
-                    % TTL_LAG.as_secs();
-                now < at + lag
-            });
+            // Still the item that was due then (not rewritten since)?
+            if t.items
+                .get(&key)
+                .is_some_and(|item| ttl_due(t, &key, item) == Some(due))
+            {
+                t.items.remove(&key);
+            }
         }
+    }
+}
+
+/// When TTL deletes `item` of `table`: its expiry plus a lag below
+/// [`TTL_LAG`] drawn from the key; `None` without a TTL attribute.
+fn ttl_due(table: &Table, key: &str, item: &Item) -> Option<u64> {
+    let attr = table.ttl_attribute.as_ref()?;
+    let at = item
+        .get(attr)
+        .and_then(|v| v["N"].as_str())
+        .and_then(|n| n.parse::<u64>().ok())?;
+    let lag = key
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+        % TTL_LAG.as_secs();
+    Some(at + lag)
+}
+
+/// Refuses an item over [`MAX_ITEM_SIZE`], as DynamoDB does: a
+/// `ValidationException`, nothing written.
+fn too_large(state: &Option<Option<Item>>) -> Result<(), Reply> {
+    match state {
+        Some(Some(item)) if item_size(item) > MAX_ITEM_SIZE => Err(validation(
+            "Item size has exceeded the maximum allowed size",
+        )),
+        _ => Ok(()),
     }
 }
 

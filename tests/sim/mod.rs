@@ -41,6 +41,10 @@ pub struct World {
     pub started: Instant,
     pub tracing: bool,
     pub trace: Vec<String>,
+    /// Handler attempts per job (its `"k"`).
+    pub attempts: std::collections::BTreeMap<String, u32>,
+    /// Fixed duration of a successful handler attempt (an edge test's).
+    pub handler_time: Option<std::time::Duration>,
 }
 
 impl World {
@@ -54,18 +58,24 @@ impl World {
             started: Instant::now(),
             tracing,
             trace: Vec::new(),
+            attempts: std::collections::BTreeMap::new(),
+            handler_time: None,
         }
     }
 
     /// One request, applied at this instant.
     pub fn apply(&mut self, service: &str, op: &str, body: &Value) -> Reply {
         let wall = idemq::clock::now();
+        let moves = self.sqs.moves;
         let reply = if service == "dynamodb" {
             self.ddb.apply(op, body, wall, &mut self.history)
         } else {
             self.sqs.apply(op, body, wall, &mut self.history)
         };
-        if service == "sqs" && (op.starts_with("Send") || op.starts_with("ChangeMessageVisibility"))
+        if service == "sqs"
+            && (op.starts_with("Send")
+                || op.starts_with("ChangeMessageVisibility")
+                || self.sqs.moves != moves)
         {
             self.changed.notify_waiters();
         }

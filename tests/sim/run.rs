@@ -57,6 +57,50 @@ pub struct Config {
     pub rates: Rates,
     pub bursts: usize,
     pub tracing: bool,
+    /// The edge scenarios (tests/simulation.rs `edge_*`), all off in the
+    /// campaign's seeds, so a seed means the same run as before they came.
+    pub edges: Edges,
+}
+
+/// Shares of job kinds and settings that the edge tests turn on.
+#[derive(Debug, Clone, Default)]
+pub struct Edges {
+    /// Jobs whose effect is a `Put` aimed at another job's items (edge 4).
+    pub evil: f64,
+    /// Permanent failures whose error carries characters SQS refuses, with
+    /// a body that fits the DLQ only without its context (edge 7).
+    pub ugly: f64,
+    /// Permanent failures with a 600 KB error (edge 10).
+    pub huge: f64,
+    /// Share of stable jobs sent with 9 producer attributes (edge 8).
+    pub many_attributes: f64,
+    /// Share of MessageId jobs whose body carries `"pid"`, which the
+    /// consumer resolves as their id with the pointer `/pid` (edge 5).
+    pub pointer_jobs: f64,
+    /// The table layout's key prefix (edge 5: not the default).
+    pub key_prefix: Option<String>,
+    /// The DLQ's `MaximumMessageSize` (edge 7).
+    pub dlq_max_message_size: Option<usize>,
+    /// Until then (from the start) the table's key attribute is `id`, not
+    /// the `pk` idemq writes: a deploy problem, fixed then (edge 9).
+    pub schema_fixed_after: Option<Duration>,
+    /// After the run, read every dead letter's context through idemq's own
+    /// lookup (edge 5).
+    pub audit_dlq: bool,
+    /// The second send of a duplicated job comes this long after the
+    /// first (default: 1 s to 2 h later).
+    pub duplicate_gap: Option<Duration>,
+    /// The operator runs `idemq dlq redrive --native` (SQS's move task)
+    /// when every letter has a stable id, and idemq's redrive otherwise,
+    /// as the CLI tells it to.
+    pub native_redrive: bool,
+    /// The operator passes `--force`: the move task runs even when
+    /// letters are known only by their MessageId.
+    pub force_native: bool,
+    /// Every successful handler attempt takes this long (default: 5 to
+    /// 800 ms, drawn per attempt): copies received together then commit
+    /// together, and their transactions conflict.
+    pub handler_time: Option<Duration>,
 }
 
 impl Config {
@@ -89,6 +133,7 @@ impl Config {
             rates: Rates::draw(&mut rng),
             bursts: rng.random_range(0..=3),
             tracing: false,
+            edges: Edges::default(),
         }
     }
 }
@@ -109,6 +154,25 @@ pub struct Outcome {
     pub history: Vec<String>,
     /// The trace, when the config asked for it.
     pub trace: Vec<String>,
+    /// Handler attempts per job.
+    pub attempts: BTreeMap<String, u32>,
+    /// Dead letters that redrive runs could not move (their `failed`).
+    pub redrive_failed: u64,
+    /// Transactions cancelled by `TransactionConflict` (or refused as in
+    /// progress).
+    pub conflicts: u64,
+    /// Letters moved back by move tasks the operator started.
+    pub native_moved: u64,
+    /// Messages left in the DLQ at the end.
+    pub dlq_left: usize,
+    /// Copies of each job deleted from the DLQ (moved by a redrive).
+    pub dlq_moves: BTreeMap<String, u32>,
+    /// Keys of the table's items at the end.
+    pub items: Vec<String>,
+    /// With `edges.audit_dlq`: each final dead letter's job, whether it
+    /// died by SQS's own redrive (no `idemq-error`), and whether idemq's
+    /// lookup found its error.
+    pub audit: Vec<(String, bool, bool)>,
 }
 
 #[derive(serde::Deserialize)]
@@ -170,13 +234,22 @@ async fn simulate(config: Config) -> Outcome {
     let world = Arc::new(Mutex::new(World::new(faults, config.tracing)));
     {
         let mut w = world.lock().expect("world");
+        w.handler_time = config.edges.handler_time;
         let mut source = Queue::new(SOURCE, config.visibility, config.retention);
         source.redrive = Some((DLQ.into(), config.max_receive_count));
         w.sqs.add(source);
         // A DLQ keeps its letters 14 days, the most SQS allows.
-        w.sqs
-            .add(Queue::new(DLQ, Duration::from_secs(30), 14 * 24 * HOUR));
-        w.ddb.add_table(TABLE, "pk", Some("expires_at"));
+        let mut dlq = Queue::new(DLQ, Duration::from_secs(30), 14 * 24 * HOUR);
+        if let Some(max) = config.edges.dlq_max_message_size {
+            dlq.max_message_size = max;
+        }
+        w.sqs.add(dlq);
+        let key = if config.edges.schema_fixed_after.is_some() {
+            "id"
+        } else {
+            "pk"
+        };
+        w.ddb.add_table(TABLE, key, Some("expires_at"));
     }
     let net = Net {
         world: Arc::clone(&world),
@@ -190,7 +263,15 @@ async fn simulate(config: Config) -> Outcome {
         .expect("producer");
     world.lock().expect("world").faults.enabled = true;
 
-    let layout = TableLayout::new(TABLE);
+    let mut layout = TableLayout::new(TABLE);
+    if let Some(prefix) = &config.edges.key_prefix {
+        layout.key_prefix = prefix.clone();
+    }
+    let resolver = if config.edges.pointer_jobs > 0.0 {
+        JobIdResolver::new().with_body_pointer("/pid")
+    } else {
+        JobIdResolver::new()
+    };
     let ttl = idemq::config::DEFAULT_MARKER_TTL;
     let dead_letters = DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), ttl);
     let handler_world = Arc::clone(&world);
@@ -203,13 +284,13 @@ async fn simulate(config: Config) -> Outcome {
         Committer::new(ddb.clone(), layout.clone(), ttl),
         dead_letters.clone(),
         sqs_client.clone(),
-        JobIdResolver::new(),
+        resolver.clone(),
         BatchConfig::default(),
     );
 
     let schedule = schedule(&config, &mut rng);
     let invocations = Mutex::new(0u64);
-    let operator_counts = Mutex::new((0u64, 0u64));
+    let operator_counts = Mutex::new((0u64, 0u64, 0u64, 0u64));
     let envs = (0..config.mapping.concurrency).map(|_| {
         lambda::environment(
             &world,
@@ -224,13 +305,32 @@ async fn simulate(config: Config) -> Outcome {
     let operate = operate(
         &world,
         &sqs_client,
-        &dead_letters,
+        (&dead_letters, &resolver),
         &config,
         end,
         &operator_counts,
         &mut rng,
     );
+    let deploy = async {
+        if let Some(after) = config.edges.schema_fixed_after {
+            tokio::time::sleep(after).await;
+            let mut w = world.lock().expect("world");
+            w.ddb.tables.get_mut(TABLE).expect("table").key = "pk".into();
+            w.trace("operator: table recreated with the key idemq writes".into());
+        }
+    };
+    // Three futures at the top, as before the deploy came: tokio::join!
+    // rotates which it polls first, so a fourth would reorder every run.
+    let produce = async {
+        tokio::join!(produce, deploy);
+    };
     tokio::join!(join_all(envs), produce, operate);
+    let audit = if config.edges.audit_dlq {
+        world.lock().expect("world").faults.enabled = false;
+        audit_dlq(&sqs_client, &dead_letters, &resolver).await
+    } else {
+        Vec::new()
+    };
 
     let mut w = world.lock().expect("world");
     let w = &mut *w;
@@ -239,11 +339,18 @@ async fn simulate(config: Config) -> Outcome {
         .messages
         .values()
         .map(|m| {
+            // The id the simulation gave the job when it sent it: the
+            // attribute, else the body's `pid` (edge 5), else the MessageId.
+            let pid = serde_json::from_str::<Value>(&m.body)
+                .ok()
+                .and_then(|b| b["pid"].as_str().map(str::to_owned));
             let id = m
                 .attributes
                 .get(idemq::JOB_ID_ATTRIBUTE)
                 .and_then(|a| a["StringValue"].as_str())
-                .unwrap_or(&m.id);
+                .map(str::to_owned)
+                .or(pid)
+                .unwrap_or_else(|| m.id.clone());
             let attrs = serde_json::to_value(&m.attributes).expect("attributes");
             (
                 m.body.clone(),
@@ -259,7 +366,17 @@ async fn simulate(config: Config) -> Outcome {
         &dlq_final,
         &w.ddb.tables[TABLE].items,
     );
-    let (redrives, redrives_overran) = *operator_counts.lock().expect("counts");
+    let (redrives, redrives_overran, redrive_failed, native_moved) =
+        *operator_counts.lock().expect("counts");
+    let mut dlq_moves: BTreeMap<String, u32> = BTreeMap::new();
+    for e in &w.history.events {
+        if let Event::Deleted { queue, body, .. } = e
+            && queue == DLQ
+            && let Some(k) = check::job_of(body)
+        {
+            *dlq_moves.entry(k).or_default() += 1;
+        }
+    }
     let history: Vec<String> = w.history.events.iter().map(|e| format!("{e:?}")).collect();
     let digest_input = history.join("\n");
     Outcome {
@@ -272,7 +389,45 @@ async fn simulate(config: Config) -> Outcome {
         digest: super::faults::hash(&[digest_input.as_bytes()]),
         history,
         trace: std::mem::take(&mut w.trace),
+        attempts: std::mem::take(&mut w.attempts),
+        redrive_failed,
+        conflicts: w.ddb.conflicts,
+        native_moved,
+        dlq_left: w.sqs.queues[DLQ].messages.len(),
+        dlq_moves,
+        items: w.ddb.tables[TABLE].items.keys().cloned().collect(),
+        audit,
     }
+}
+
+/// Every dead letter read back as `idemq dlq list` reads it (`Peek::scan`,
+/// the id the consumer would resolve, failure records by that id):
+/// (job, died by SQS's redrive, error found).
+async fn audit_dlq(
+    sqs_client: &aws_sdk_sqs::Client,
+    dead_letters: &DeadLetters,
+    resolver: &JobIdResolver,
+) -> Vec<(String, bool, bool)> {
+    let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
+    let scan = peek.scan(None, |_| {}).await.expect("scan");
+    let keys: Vec<(Option<String>, String)> = scan
+        .messages
+        .iter()
+        .map(|m| m.record_key(resolver))
+        .collect();
+    let records = dead_letters.read_many(&keys).await.expect("records");
+    scan.messages
+        .iter()
+        .zip(&keys)
+        .map(|(m, key)| {
+            let context = idemq::dlq::peek::Context::of(m, key.0.as_deref(), records.get(key));
+            (
+                check::job_of(&m.body).unwrap_or_default(),
+                m.source_arn().is_some(),
+                context.last_error.is_some(),
+            )
+        })
+        .collect()
 }
 
 /// The simulated handler: poison jobs fail permanently; "later" jobs ask
@@ -280,8 +435,25 @@ async fn simulate(config: Config) -> Outcome {
 /// hang as the seed says, else add 1 to their own counter (`count#<k>`),
 /// which is how the checker sees every application.
 async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result<Effect, JobError> {
-    if job.kind == "poison" {
-        return Err(JobError::permanent("sim: poison job"));
+    *world
+        .lock()
+        .expect("world")
+        .attempts
+        .entry(job.k.clone())
+        .or_default() += 1;
+    match job.kind.as_str() {
+        "poison" => return Err(JobError::permanent("sim: poison job")),
+        // U+0001 and U+FFFE: outside the characters SQS takes in an
+        // attribute value.
+        "ugly" => return Err(JobError::permanent("sim: ugly \u{1} \u{fffe} error")),
+        "huge" => {
+            return Err(JobError::permanent(format!(
+                "sim: huge {}",
+                "e".repeat(600_000)
+            )));
+        }
+        "evil" => return Ok(evil_effect(&job)),
+        _ => {}
     }
     if job.kind == "later" && meta.attempt <= 3 {
         let after = HOUR * ((job.n + u64::from(meta.attempt)) % 12 + 1) as u32;
@@ -301,6 +473,7 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
             Err(JobError::transient("sim: hung"))
         }
         Attempt::Ok(took) => {
+            let took = world.lock().expect("world").handler_time.unwrap_or(took);
             tokio::time::sleep(took).await;
             Ok(Effect::new().with(
                 Write::update(
@@ -315,12 +488,50 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
     }
 }
 
-/// A send: when, which job, and whether with `idemq-job-id`.
+/// Edge 4: an effect aimed at another job's items, three ways: a `Put`
+/// whose attributes name the key attribute (its `pk` replaces the key, so
+/// the write lands on the other job's counter, or on its marker), and a
+/// `Put` to the marker's key through the table's ARN.
+fn evil_effect(job: &SimJob) -> Effect {
+    let target = format!("j{:04}", job.n % 200);
+    let own = Key::string("pk", format!("evil#{}", job.k));
+    let s = |v: String| AttributeValue::S(v);
+    let write = match job.n % 3 {
+        0 => Write::put(
+            TABLE,
+            own,
+            [
+                ("pk".to_owned(), s(format!("count#{target}"))),
+                ("n".to_owned(), AttributeValue::N("7".into())),
+            ]
+            .into(),
+        ),
+        1 => Write::put(
+            TABLE,
+            own,
+            [("pk".to_owned(), s(format!("idemq#job#{target}")))].into(),
+        ),
+        _ => Write::put(
+            format!(
+                "arn:aws:dynamodb:{}:{}:table/{TABLE}",
+                sqs::REGION,
+                sqs::ACCOUNT
+            ),
+            Key::string("pk", format!("idemq#job#{target}")),
+            Default::default(),
+        ),
+    };
+    Effect::new().with(write)
+}
+
+/// A send: when, which job, whether with `idemq-job-id`, and how many
+/// producer attributes besides.
 struct Send {
     at: Duration,
     body: String,
     k: String,
     stable: bool,
+    attributes: usize,
 }
 
 fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
@@ -336,24 +547,54 @@ fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
         } else if roll < config.poison + config.garbage + config.later {
             "later"
         } else {
-            "plain"
+            let e = &config.edges;
+            let base = config.poison + config.garbage + config.later;
+            if roll < base + e.evil {
+                "evil"
+            } else if roll < base + e.evil + e.ugly {
+                "ugly"
+            } else if roll < base + e.evil + e.ugly + e.huge {
+                "huge"
+            } else {
+                "plain"
+            }
         };
         let n: u64 = rng.random_range(0..1000);
-        let body = if kind == "garbage" {
+        let mut body = if kind == "garbage" {
             json!({"k": k, "kind": kind, "n": "not a number"})
         } else {
             json!({"k": k, "kind": kind, "n": n})
+        };
+        if kind == "ugly" {
+            // Fits a 1 KiB DLQ alone, not with idemq's context.
+            body["pad"] = Value::String("p".repeat(850));
         }
-        .to_string();
         let at = Duration::from_secs_f64(rng.random_range(0.0..window));
         let stable = !rng.random_bool(config.message_id_jobs);
+        // Drawn only when the edge asks for it: the campaign's seeds draw
+        // as they did before.
+        if !stable && config.edges.pointer_jobs > 0.0 && rng.random_bool(config.edges.pointer_jobs)
+        {
+            body["pid"] = Value::String(k.clone());
+        }
+        let attributes = if stable
+            && config.edges.many_attributes > 0.0
+            && rng.random_bool(config.edges.many_attributes)
+        {
+            9
+        } else {
+            0
+        };
+        let body = body.to_string();
         if stable && rng.random_bool(config.duplicates) {
             let again = at + Duration::from_secs(rng.random_range(1..7200));
+            let again = config.edges.duplicate_gap.map_or(again, |gap| at + gap);
             sends.push(Send {
                 at: again,
                 body: body.clone(),
                 k: k.clone(),
                 stable,
+                attributes,
             });
         }
         sends.push(Send {
@@ -361,6 +602,7 @@ fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
             body,
             k,
             stable,
+            attributes,
         });
     }
     sends.sort_by_key(|s| (s.at, s.k.clone()));
@@ -377,7 +619,17 @@ async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send
     for s in sends {
         tokio::time::sleep_until(start + s.at).await;
         if s.stable {
-            let job = Job::raw(s.k.clone(), s.body);
+            let mut job = Job::raw(s.k.clone(), s.body);
+            for i in 0..s.attributes {
+                job.attributes.insert(
+                    format!("producer-{i}"),
+                    aws_sdk_sqs::types::MessageAttributeValue::builder()
+                        .data_type("String")
+                        .string_value(format!("v{i}"))
+                        .build()
+                        .expect("attribute"),
+                );
+            }
             if let Err(e) = producer.send_job(job).await {
                 world
                     .lock()
@@ -404,6 +656,43 @@ async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send
     }
 }
 
+/// `idemq dlq redrive --native --to <source>`: what the CLI checks first
+/// (src/bin/idemq/dlq/redrive.rs: a scan, and no letter known only by its
+/// MessageId, unless `--force`), then the library's own `start_native` and
+/// `native_status` until the task ends. `None`: refused, run idemq's
+/// redrive instead.
+async fn native_redrive(
+    peek: &Peek,
+    sqs_client: &aws_sdk_sqs::Client,
+    resolver: &JobIdResolver,
+    force: bool,
+) -> Result<Option<u64>, idemq::dead_letter::DlqError> {
+    use idemq::dlq::redrive::{native_status, start_native};
+    if !force {
+        let scan = peek.scan(None, |_| {}).await?;
+        peek.release(&scan.messages).await;
+        let unstable = scan
+            .messages
+            .iter()
+            .filter(|m| matches!(m.resolve(resolver), Ok((_, idemq::JobIdSource::MessageId))))
+            .count();
+        if unstable > 0 || scan.unseen > 0 {
+            return Ok(None);
+        }
+    }
+    let dlq_arn = idemq::queue::arn(sqs_client, &sqs::url(DLQ)).await?;
+    let to = idemq::queue::arn(sqs_client, &sqs::url(SOURCE)).await?;
+    start_native(sqs_client, &dlq_arn, Some(&to), Some(50)).await?;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some(task) = native_status(sqs_client, &dlq_arn).await?
+            && task.status != "RUNNING"
+        {
+            return Ok(Some(task.moved.max(0) as u64));
+        }
+    }
+}
+
 /// `SIM_REDRIVE_MAX=1`: the operator runs redrive with `--max` the depth it
 /// saw first. By default it runs it as most operators do, unbounded: a run
 /// moves each job at most once, so it ends even while the letters it moved
@@ -417,11 +706,14 @@ fn bounded_redrive() -> bool {
 async fn operate(
     world: &Arc<Mutex<World>>,
     sqs_client: &aws_sdk_sqs::Client,
-    dead_letters: &DeadLetters,
+    // What `idemq dlq` builds from the environment: the failure records'
+    // reader and the consumer's job id resolver.
+    (dead_letters, resolver): (&DeadLetters, &JobIdResolver),
     config: &Config,
     end: Instant,
-    // (redrives run, redrives stopped while still moving letters)
-    counts: &Mutex<(u64, u64)>,
+    // (redrives run, redrives stopped while still moving letters, letters
+    // redrives could not move, letters move tasks moved)
+    counts: &Mutex<(u64, u64, u64, u64)>,
     rng: &mut StdRng,
 ) {
     let Some(every) = config.redrive_every else {
@@ -442,6 +734,13 @@ async fn operate(
             .then(|| Duration::from_millis(rng.random_range(0..20_000)));
         let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
         let work = async {
+            if config.edges.native_redrive
+                && let Some(moved) =
+                    native_redrive(&peek, sqs_client, resolver, config.edges.force_native).await?
+            {
+                counts.lock().expect("counts").3 += moved;
+                return Ok(idemq::dlq::redrive::RedriveReport::default());
+            }
             let max = if bounded_redrive() {
                 Some(peek.depth().await?.total() as usize)
             } else {
@@ -463,12 +762,15 @@ async fn operate(
                 "operator: redrive still running after 30 min: stopped".to_owned()
             }
             None => "operator: redrive killed".to_owned(),
-            Some(Ok(r)) => format!(
-                "operator: redrive moved {}, failed {}, sent-not-deleted {}",
-                r.moved.len(),
-                r.failed.len(),
-                r.sent_not_deleted.len()
-            ),
+            Some(Ok(r)) => {
+                counts.lock().expect("counts").2 += r.failed.len() as u64;
+                format!(
+                    "operator: redrive moved {}, failed {}, sent-not-deleted {}",
+                    r.moved.len(),
+                    r.failed.len(),
+                    r.sent_not_deleted.len()
+                )
+            }
             Some(Err(e)) => format!("operator: redrive failed: {e}"),
         };
         world.lock().expect("world").trace(line);

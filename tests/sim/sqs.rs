@@ -97,11 +97,30 @@ pub fn sqs_text(s: &str) -> bool {
     })
 }
 
+/// A message move task (`StartMessageMoveTask`).
+#[derive(Debug, Clone)]
+pub struct MoveTask {
+    pub handle: String,
+    pub source: String,
+    pub destination: String,
+    pub rate: u32,
+    pub started: Instant,
+    pub started_wall: SystemTime,
+    pub moved: u64,
+    pub to_move: u64,
+    /// RUNNING, COMPLETED or CANCELLED.
+    pub status: &'static str,
+}
+
 #[derive(Debug, Default)]
 pub struct Sqs {
     pub queues: BTreeMap<String, Queue>,
     next_seq: u64,
     next_handle: u64,
+    /// Every move task, oldest first.
+    pub tasks: Vec<MoveTask>,
+    /// Messages moved by move tasks so far.
+    pub moves: u64,
 }
 
 fn err(code: &str, message: impl Into<String>) -> Reply {
@@ -255,7 +274,48 @@ impl Sqs {
         history: &mut History,
     ) -> Reply {
         self.expire(wall, history);
+        self.move_messages(wall, history);
         match op {
+            "StartMessageMoveTask" => self.start_move_task(req, wall),
+            "ListMessageMoveTasks" => {
+                let source = req["SourceArn"].as_str().unwrap_or_default();
+                let max = req["MaxResults"].as_u64().unwrap_or(1) as usize;
+                let results: Vec<Value> = self
+                    .tasks
+                    .iter()
+                    .rev()
+                    .filter(|t| arn(&t.source) == source)
+                    .take(max)
+                    .map(|t| {
+                        json!({
+                            "TaskHandle": t.handle, "Status": t.status,
+                            "SourceArn": arn(&t.source), "DestinationArn": arn(&t.destination),
+                            "MaxNumberOfMessagesPerSecond": t.rate,
+                            "ApproximateNumberOfMessagesMoved": t.moved,
+                            "ApproximateNumberOfMessagesToMove": t.to_move,
+                            "StartedTimestamp": t.started_wall.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64,
+                        })
+                    })
+                    .collect();
+                Reply::Ok(json!({"Results": results}))
+            }
+            "CancelMessageMoveTask" => {
+                let handle = req["TaskHandle"].as_str().unwrap_or_default();
+                match self
+                    .tasks
+                    .iter_mut()
+                    .find(|t| t.handle == handle && t.status == "RUNNING")
+                {
+                    Some(t) => {
+                        t.status = "CANCELLED";
+                        Reply::Ok(json!({"ApproximateNumberOfMessagesMoved": t.moved}))
+                    }
+                    None => err(
+                        "ResourceNotFoundException",
+                        "The task does not exist or is not running.",
+                    ),
+                }
+            }
             "GetQueueUrl" => {
                 let name = req["QueueName"].as_str().unwrap_or_default();
                 if self.queues.contains_key(name) {
@@ -388,6 +448,137 @@ impl Sqs {
                 Reply::Ok(json!({"Successful": ok, "Failed": failed}))
             }
             other => err("UnsupportedOperation", format!("{other} is not modelled")),
+        }
+    }
+
+    /// `StartMessageMoveTask`: from a queue that is some queue's DLQ, one
+    /// task at a time per queue
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_StartMessageMoveTask.html>).
+    /// Only with a `DestinationArn`: where a letter idemq sent itself (no
+    /// `DeadLetterQueueSourceArn`) would go without one is not documented,
+    /// so the model refuses rather than guess.
+    fn start_move_task(&mut self, req: &Value, wall: SystemTime) -> Reply {
+        let source = name_of_url(req["SourceArn"].as_str().unwrap_or_default())
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let is_dlq = self
+            .queues
+            .values()
+            .any(|q| q.redrive.as_ref().is_some_and(|(d, _)| *d == source));
+        if !self.queues.contains_key(&source) || !is_dlq {
+            return err(
+                "InvalidParameterValue",
+                "Source queue must be configured as a Dead Letter Queue.",
+            );
+        }
+        let Some(destination) = req["DestinationArn"]
+            .as_str()
+            .and_then(|a| a.rsplit(':').next())
+            .map(str::to_owned)
+        else {
+            return err(
+                "UnsupportedOperation",
+                "a move task without DestinationArn is not modelled",
+            );
+        };
+        if !self.queues.contains_key(&destination) {
+            return err(
+                "ResourceNotFoundException",
+                "The destination queue does not exist.",
+            );
+        }
+        if self
+            .tasks
+            .iter()
+            .any(|t| t.source == source && t.status == "RUNNING")
+        {
+            return err(
+                "UnsupportedOperation",
+                "There is already a task running. Only one active task is allowed for a source queue arn at a given time.",
+            );
+        }
+        self.next_handle += 1;
+        let handle = format!("task-{}", self.next_handle);
+        // "If this field is left blank, the system will optimize the rate":
+        // 100 a second here; at most 500.
+        let rate = req["MaxNumberOfMessagesPerSecond"]
+            .as_u64()
+            .unwrap_or(100)
+            .clamp(1, 500) as u32;
+        self.tasks.push(MoveTask {
+            handle: handle.clone(),
+            source: source.clone(),
+            destination,
+            rate,
+            started: Instant::now(),
+            started_wall: wall,
+            moved: 0,
+            to_move: self.queues[&source].messages.len() as u64,
+            status: "RUNNING",
+        });
+        Reply::Ok(json!({"TaskHandle": handle}))
+    }
+
+    /// Moves what each running task has had time to move (its rate times
+    /// the time since it started), oldest visible letters first. A moved
+    /// message is a new message: "All redriven messages are considered new
+    /// messages and are assigned a new messageID", enqueue time and
+    /// retention restart
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>);
+    /// its message attributes go with it. A task moves as many messages
+    /// as its queue held when it started
+    /// (`ApproximateNumberOfMessagesToMove`), then is COMPLETED; so letters
+    /// that die again meanwhile wait for the next task (letters in flight
+    /// wait for their visibility to end).
+    pub fn move_messages(&mut self, wall: SystemTime, history: &mut History) {
+        let now = Instant::now();
+        for i in 0..self.tasks.len() {
+            if self.tasks[i].status != "RUNNING" {
+                continue;
+            }
+            let t = self.tasks[i].clone();
+            let due = (now.duration_since(t.started).as_secs_f64() * f64::from(t.rate)) as u64;
+            let mut moved = t.moved;
+            while moved < due.min(t.to_move) {
+                let q = self.queues.get_mut(&t.source).expect("source");
+                let Some(seq) = q
+                    .messages
+                    .iter()
+                    .find(|(_, m)| m.visible_at <= now)
+                    .map(|(k, _)| *k)
+                else {
+                    break;
+                };
+                let m = q.messages.remove(&seq).expect("present");
+                let id = self.enqueue(
+                    &t.destination,
+                    m.body.clone(),
+                    m.attributes.clone(),
+                    wall,
+                    Duration::ZERO,
+                );
+                // The new copy first: the checker sees a copy living on.
+                history.push(Event::Sent {
+                    queue: t.destination.clone(),
+                    message_id: id,
+                    body: m.body.clone(),
+                });
+                history.push(Event::Deleted {
+                    queue: t.source.clone(),
+                    message_id: m.id,
+                    body: m.body,
+                    by: "move task".into(),
+                });
+                moved += 1;
+                self.moves += 1;
+            }
+            let task = &mut self.tasks[i];
+            task.moved = moved;
+            if moved >= t.to_move || self.queues[&t.source].messages.is_empty() {
+                task.status = "COMPLETED";
+            }
         }
     }
 
