@@ -74,10 +74,14 @@ def sdk_operations(repo: Path) -> dict[str, str]:
             raise RuntimeError(f"{crate} {versions[crate]} sources not found under {_registry_dirs()}")
         for op in (d / "src" / "operation").iterdir():
             if op.is_dir():
-                if op.name in ops:
-                    raise RuntimeError(f"operation {op.name} exists in two SDKs: cannot tell them apart")
-                ops[op.name] = service
+                # An operation two SDKs share (SNS's and DynamoDB's
+                # tag_resource) cannot be told apart by its method name:
+                # marked, and refused only if code calls it (`needs`).
+                ops[op.name] = AMBIGUOUS if op.name in ops else service
     return ops
+
+
+AMBIGUOUS = "?"
 
 
 def _pascal(snake: str) -> str:
@@ -103,6 +107,9 @@ SPECIAL_ACTIONS = {
     "sqs:SendMessageBatch": ["sqs:SendMessage"],
     "sqs:DeleteMessageBatch": ["sqs:DeleteMessage"],
     "sqs:ChangeMessageVisibilityBatch": ["sqs:ChangeMessageVisibility"],
+    # SNS developer guide, "Publishing messages in batches": PublishBatch is
+    # authorised by sns:Publish.
+    "sns:PublishBatch": ["sns:Publish"],
 }
 
 
@@ -301,12 +308,28 @@ def _join(module: str, child: str) -> str:
     return child if module == "crate" else f"{module}::{child}"
 
 
-def read_crate(repo: Path, extra_files: list[Path]) -> Crate:
+def gated_modules(repo: Path) -> dict[str, str]:
+    """Top-level modules that lib.rs compiles only with a feature: module ->
+    feature (`#[cfg(feature = "sns")] pub mod topic;`)."""
+    text = (repo / "src" / "lib.rs").read_text()
+    return {
+        m.group(2): m.group(1)
+        for m in re.finditer(r'#\[cfg\(feature = "(\w+)"\)\]\s*pub mod (\w+)\s*;', text)
+    }
+
+
+def read_crate(repo: Path, extra_files: list[Path], without: tuple[str, ...] = ()) -> Crate:
+    """The crate's fns (and those of `extra_files`), leaving out the
+    modules of the features in `without`: a build without them does not
+    compile them, so their calls cannot be made."""
     src, examples = repo / "src", repo / "examples"
     crate = Crate()
+    gated = gated_modules(repo)
     files = sorted(src.rglob("*.rs")) + list(extra_files)
     for path in files:
         module = _module_of(path, src, examples)
+        if gated.get(module.split("::")[0]) in without or ("bin" in without and module.startswith("bin:")):
+            continue
         text = strip_test_modules(strip_comments_and_literals(path.read_text()))
         crate.imports[module] = _parse_uses(text, module)
         crate.submodules[module] = set(re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M))
@@ -555,20 +578,32 @@ class Needs:
     actions: dict[str, str]
 
 
-def needs(repo: Path, entry: Path, entry_module: str, entry_fn: str = "main", skip: tuple[str, ...] = ()) -> Needs:
+def needs(
+    repo: Path,
+    entry: Path,
+    entry_module: str,
+    entry_fn: str = "main",
+    skip: tuple[str, ...] = (),
+    without: tuple[str, ...] = (),
+) -> Needs:
     ops = sdk_operations(repo)
-    graph = CallGraph(read_crate(repo, [entry] if not entry.is_relative_to(repo / "src") else []), ops)
+    graph = CallGraph(read_crate(repo, [entry] if not entry.is_relative_to(repo / "src") else [], without), ops)
     r = graph.reach(entry_module, entry_fn, skip)
     actions: dict[str, str] = {}
     for op, trail in sorted(r.ops.items()):
+        if ops[op] == AMBIGUOUS:
+            raise RuntimeError(f".{op}() via {' -> '.join(trail)}: the operation exists in two SDKs")
         for a in iam_actions(op, ops[op]):
             actions.setdefault(a, f".{op}() via {' -> '.join(trail)}")
     return Needs(actions)
 
 
 def function_needs(repo: Path) -> Needs:
-    """The Lambda function: examples/ledger.rs `main` (idemq::run -> lambda host)."""
-    return needs(repo, repo / "examples" / "ledger.rs", "example:ledger")
+    """The Lambda function: examples/ledger.rs `main` (idemq::run -> lambda host),
+    built as infra/sam/function builds it: `features = ["lambda"]`, so the
+    SNS publisher (feature `sns`) and the test kit are not in it, and
+    neither is the `idemq` binary ("bin")."""
+    return needs(repo, repo / "examples" / "ledger.rs", "example:ledger", without=("sns", "testing", "bin"))
 
 
 CLI_MAIN = ("src", "bin", "idemq", "main.rs")
@@ -578,16 +613,32 @@ INIT_ENTRY = "run_init"
 
 def cli_needs(repo: Path) -> Needs:
     """The whole operator CLI: src/bin/idemq `main`."""
-    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq")
+    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", without=CLI_WITHOUT)
+
+
+# The `idemq` binary is built with the default features: the test kit
+# (feature `testing`) is not in it.
+CLI_WITHOUT = ("testing",)
+# `idemq send --topic-arn` publishes to the user's own SNS topic: the
+# templates create no topic, so their operator policy grants no sns:Publish;
+# the producer's role needs it on that topic (README, "Jobs that arrive
+# through SNS or EventBridge").
+TOPIC_SEND = "topic::TopicProducer::send_batch"
 
 
 def bootstrap_needs(repo: Path) -> Needs:
     """`idemq init` alone: what the bootstrap policy grants."""
-    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", INIT_ENTRY)
+    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", INIT_ENTRY, without=CLI_WITHOUT)
 
 
 def operator_needs(repo: Path) -> Needs:
     """Every other subcommand (`send`, `dlq ...`): what the operator policy
     grants. `init`'s own calls are left out unless another command makes
     them too."""
-    return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", skip=(f"bin:idemq::{INIT_ENTRY}",))
+    return needs(
+        repo,
+        repo.joinpath(*CLI_MAIN),
+        "bin:idemq",
+        skip=(f"bin:idemq::{INIT_ENTRY}", TOPIC_SEND),
+        without=CLI_WITHOUT,
+    )
