@@ -501,108 +501,166 @@ impl Producer {
         jobs: &[Job],
         batch: Vec<usize>,
     ) -> Vec<(usize, Result<String, SendError>)> {
-        let mut done = Vec::with_capacity(batch.len());
-        let mut pending = batch;
-        let mut last_error = String::new();
-        for attempt in 1..=MAX_ATTEMPTS {
-            if attempt > 1 {
-                // The clock's jitter source: seeded in the simulation, so a
-                // run replays exactly (it drifted by milliseconds here). The
-                // delay is drawn before the await: the generator is not Send.
-                let delay = crate::clock::with_jitter(|r| RETRY_BACKOFF.delay(attempt - 1, r));
-                tokio::time::sleep(delay).await;
-            }
-            let entries: Result<Vec<_>, String> =
-                pending.iter().map(|&i| self.entry(i, &jobs[i])).collect();
-            let entries = match entries {
-                Ok(e) => e,
-                Err(e) => {
-                    last_error = e;
-                    break;
-                }
-            };
-            let out = match self
+        let call = |entries| async move {
+            let out = self
                 .sqs
                 .send_message_batch()
                 .queue_url(&self.queue_url)
                 .set_entries(Some(entries))
                 .send()
                 .await
-            {
-                Ok(out) => out,
-                Err(e) => {
-                    // The whole call failed (throttling, network): nothing
-                    // is known to be sent; try every entry again.
-                    last_error = DisplayErrorContext(e).to_string();
-                    continue;
-                }
-            };
-            // Each entry of this call is answered once, by the first result
-            // naming it; an id that names no pending entry is ignored.
-            let mut unanswered: HashSet<usize> = pending.iter().copied().collect();
-            let mut answer = |id: &str| id.parse::<usize>().ok().filter(|i| unanswered.remove(i));
-            for ok in out.successful() {
-                if let Some(i) = answer(ok.id()) {
-                    done.push((i, Ok(ok.message_id().to_owned())));
-                }
+                .map_err(|e| DisplayErrorContext(e).to_string())?;
+            let sent = out.successful().iter().map(|ok| EntryAnswer::Sent {
+                id: ok.id().to_owned(),
+                message_id: ok.message_id().to_owned(),
+            });
+            let failed = out.failed().iter().map(|f| EntryAnswer::Failed {
+                id: f.id().to_owned(),
+                code: f.code().to_owned(),
+                message: f.message().unwrap_or("").to_owned(),
+                refused: f.sender_fault() || INVALID_MESSAGE_CODES.contains(&f.code()),
+            });
+            Ok(sent.chain(failed).collect())
+        };
+        // SendMessageBatch promises a result for every entry, in
+        // `Successful` or `Failed`
+        // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html>).
+        send_batch_with_retries(
+            "SendMessageBatch",
+            jobs,
+            batch,
+            |i, j| self.entry(i, j),
+            call,
+        )
+        .await
+    }
+}
+
+/// What one batch call (`SendMessageBatch`, SNS's `PublishBatch`) answered
+/// for one of its entries.
+pub(crate) enum EntryAnswer {
+    /// Sent, with the id the service gave the message.
+    Sent { id: String, message_id: String },
+    /// Not sent. `refused`: the service refused the entry itself (its
+    /// contents, size or attributes), so a retry cannot pass.
+    Failed {
+        id: String,
+        code: String,
+        message: String,
+        refused: bool,
+    },
+}
+
+/// Sends the jobs at `batch` (indexes into `jobs`, which are also the
+/// entries' ids) with `call`, up to `MAX_ATTEMPTS` times with backoff,
+/// retrying only what can pass: a whole call that failed (throttling,
+/// network: nothing is known to be sent), an entry that failed on the
+/// service's side, and an entry the answer leaves out of both lists (not
+/// known to be sent: retried, since a second copy is what job ids are
+/// for). Each entry is answered once, by the first result naming it; an id
+/// that names no pending entry is ignored. One result per index of
+/// `batch`: the message id, or why the job was not sent.
+pub(crate) async fn send_batch_with_retries<E, Fut>(
+    op: &str,
+    jobs: &[Job],
+    batch: Vec<usize>,
+    entry: impl Fn(usize, &Job) -> Result<E, String>,
+    call: impl Fn(Vec<E>) -> Fut,
+) -> Vec<(usize, Result<String, SendError>)>
+where
+    Fut: Future<Output = Result<Vec<EntryAnswer>, String>>,
+{
+    let mut done = Vec::with_capacity(batch.len());
+    let mut pending = batch;
+    let mut last_error = String::new();
+    for attempt in 1..=MAX_ATTEMPTS {
+        if attempt > 1 {
+            // The clock's jitter source: seeded in the simulation, so a run
+            // replays exactly (it drifted by milliseconds here). The delay
+            // is drawn before the await: the generator is not Send.
+            let delay = crate::clock::with_jitter(|r| RETRY_BACKOFF.delay(attempt - 1, r));
+            tokio::time::sleep(delay).await;
+        }
+        let entries: Result<Vec<E>, String> = pending.iter().map(|&i| entry(i, &jobs[i])).collect();
+        let answers = match entries {
+            Ok(entries) => call(entries).await,
+            Err(e) => {
+                last_error = e;
+                break;
             }
-            let mut retry = Vec::new();
-            for f in out.failed() {
-                let Some(i) = answer(f.id()) else {
-                    continue;
-                };
-                let message = f.message().unwrap_or("").to_owned();
-                if f.sender_fault() || INVALID_MESSAGE_CODES.contains(&f.code()) {
-                    let job_id = jobs[i].id.clone();
-                    let code = f.code().to_owned();
-                    done.push((
-                        i,
-                        Err(SendError::Rejected {
-                            job_id,
-                            code,
-                            message,
-                        }),
-                    ));
-                } else {
-                    // Retried alone: on a FIFO queue it then lands after
-                    // the later messages of its group that did go through.
-                    // Rare (SQS-side faults), and the alternative, holding
-                    // back the rest of the group, cannot undo what was sent.
-                    last_error = format!("{}: {message}", f.code());
-                    retry.push(i);
+        };
+        let answers = match answers {
+            Ok(answers) => answers,
+            Err(e) => {
+                last_error = e;
+                continue;
+            }
+        };
+        let mut unanswered: HashSet<usize> = pending.iter().copied().collect();
+        let mut answer = |id: &str| id.parse::<usize>().ok().filter(|i| unanswered.remove(i));
+        let mut retry = Vec::new();
+        for a in answers {
+            match a {
+                EntryAnswer::Sent { id, message_id } => {
+                    if let Some(i) = answer(&id) {
+                        done.push((i, Ok(message_id)));
+                    }
                 }
-            }
-            // SendMessageBatch promises a result for every entry, in
-            // `Successful` or `Failed`
-            // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html>);
-            // an entry in neither is not known to be sent: it is retried
-            // like a failed one (a duplicate copy is what job ids are for),
-            // and reported if it never comes back.
-            if !unanswered.is_empty() {
-                let mut missing: Vec<usize> = unanswered.into_iter().collect();
-                missing.sort_unstable();
-                last_error = format!(
-                    "SendMessageBatch left {} entries out of both Successful and Failed",
-                    missing.len()
-                );
-                retry.extend(missing);
-                retry.sort_unstable();
-            }
-            pending = retry;
-            if pending.is_empty() {
-                return done;
+                EntryAnswer::Failed {
+                    id,
+                    code,
+                    message,
+                    refused,
+                } => {
+                    let Some(i) = answer(&id) else {
+                        continue;
+                    };
+                    if refused {
+                        let job_id = jobs[i].id.clone();
+                        done.push((
+                            i,
+                            Err(SendError::Rejected {
+                                job_id,
+                                code,
+                                message,
+                            }),
+                        ));
+                    } else {
+                        // Retried alone: on a FIFO queue it then lands after
+                        // the later messages of its group that did go
+                        // through. Rare (service-side faults), and the
+                        // alternative, holding back the rest of the group,
+                        // cannot undo what was sent.
+                        last_error = format!("{code}: {message}");
+                        retry.push(i);
+                    }
+                }
             }
         }
-        done.extend(pending.into_iter().map(|i| {
-            let err = SendError::GaveUp {
-                job_id: jobs[i].id.clone(),
-                attempts: MAX_ATTEMPTS,
-                last_error: last_error.clone(),
-            };
-            (i, Err(err))
-        }));
-        done
+        if !unanswered.is_empty() {
+            let mut missing: Vec<usize> = unanswered.into_iter().collect();
+            missing.sort_unstable();
+            last_error = format!(
+                "{op} left {} entries out of both Successful and Failed",
+                missing.len()
+            );
+            retry.extend(missing);
+            retry.sort_unstable();
+        }
+        pending = retry;
+        if pending.is_empty() {
+            return done;
+        }
     }
+    done.extend(pending.into_iter().map(|i| {
+        let err = SendError::GaveUp {
+            job_id: jobs[i].id.clone(),
+            attempts: MAX_ATTEMPTS,
+            last_error: last_error.clone(),
+        };
+        (i, Err(err))
+    }));
+    done
 }
 
 #[cfg(test)]

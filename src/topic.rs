@@ -9,19 +9,17 @@
 //! same job for the duplicate it is, although SNS gives it a new
 //! `MessageId`, `Timestamp` and `Signature`.
 
-use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::collections::HashMap;
 
 use aws_sdk_sns::error::DisplayErrorContext;
 use aws_sdk_sns::primitives::Blob;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use serde::Serialize;
 
-use crate::backoff::Backoff;
 use crate::job::{JOB_ID_ATTRIBUTE, JobId};
 use crate::producer::{
-    INVALID_MESSAGE_CODES, Job, MAX_ATTRIBUTES, SendError, attributes_with_job_id,
-    deduplication_id, send_in_batches,
+    EntryAnswer, INVALID_MESSAGE_CODES, Job, MAX_ATTRIBUTES, SendError, attributes_with_job_id,
+    deduplication_id, send_batch_with_retries, send_in_batches,
 };
 
 /// SNS's default largest message, and the most one `PublishBatch` carries
@@ -31,11 +29,6 @@ use crate::producer::{
 /// The SNS envelope around it adds about 1.5 KB, which the subscribed
 /// queue's own `MaximumMessageSize` must also take.
 pub const DEFAULT_MAX_PUBLISH_BYTES: usize = 256 * 1024;
-/// Tries of one entry before it is reported failed.
-const MAX_ATTEMPTS: u32 = 6;
-const RETRY_BACKOFF: Backoff = Backoff::new()
-    .with_base(Duration::from_millis(100))
-    .with_cap(Duration::from_secs(5));
 /// Error codes with which SNS refuses an entry itself: retrying it cannot
 /// pass.
 const INVALID_ENTRY_CODES: [&str; 3] = [
@@ -196,94 +189,32 @@ impl TopicProducer {
         jobs: &[Job],
         batch: Vec<usize>,
     ) -> Vec<(usize, Result<String, SendError>)> {
-        let mut done = Vec::with_capacity(batch.len());
-        let mut pending = batch;
-        let mut last_error = String::new();
-        for attempt in 1..=MAX_ATTEMPTS {
-            if attempt > 1 {
-                let delay = crate::clock::with_jitter(|r| RETRY_BACKOFF.delay(attempt - 1, r));
-                tokio::time::sleep(delay).await;
-            }
-            let entries: Result<Vec<_>, String> =
-                pending.iter().map(|&i| self.entry(i, &jobs[i])).collect();
-            let entries = match entries {
-                Ok(e) => e,
-                Err(e) => {
-                    last_error = e;
-                    break;
-                }
-            };
-            let out = match self
+        let call = |entries| async move {
+            let out = self
                 .sns
                 .publish_batch()
                 .topic_arn(&self.topic_arn)
                 .set_publish_batch_request_entries(Some(entries))
                 .send()
                 .await
-            {
-                Ok(out) => out,
-                Err(e) => {
-                    // Nothing known to be published: every entry again (a
-                    // second copy is what the job id is for).
-                    last_error = DisplayErrorContext(e).to_string();
-                    continue;
-                }
-            };
-            let mut unanswered: HashSet<usize> = pending.iter().copied().collect();
-            let mut answer = |id: &str| id.parse::<usize>().ok().filter(|i| unanswered.remove(i));
-            for ok in out.successful() {
-                if let Some(i) = ok.id().and_then(&mut answer) {
-                    done.push((i, Ok(ok.message_id().unwrap_or_default().to_owned())));
-                }
-            }
-            let mut retry = Vec::new();
-            for f in out.failed() {
-                let Some(i) = answer(f.id()) else {
-                    continue;
-                };
-                let message = f.message().unwrap_or("").to_owned();
-                let refused = f.sender_fault()
+                .map_err(|e| DisplayErrorContext(e).to_string())?;
+            // A success without an id names no entry: it is answered by
+            // nothing, so that entry is retried like an unanswered one.
+            let sent = out.successful().iter().map(|ok| EntryAnswer::Sent {
+                id: ok.id().unwrap_or_default().to_owned(),
+                message_id: ok.message_id().unwrap_or_default().to_owned(),
+            });
+            let failed = out.failed().iter().map(|f| EntryAnswer::Failed {
+                id: f.id().to_owned(),
+                code: f.code().to_owned(),
+                message: f.message().unwrap_or("").to_owned(),
+                refused: f.sender_fault()
                     || INVALID_ENTRY_CODES.contains(&f.code())
-                    || INVALID_MESSAGE_CODES.contains(&f.code());
-                if refused {
-                    done.push((
-                        i,
-                        Err(SendError::Rejected {
-                            job_id: jobs[i].id.clone(),
-                            code: f.code().to_owned(),
-                            message,
-                        }),
-                    ));
-                } else {
-                    last_error = format!("{}: {message}", f.code());
-                    retry.push(i);
-                }
-            }
-            // An entry in neither list is not known to be published.
-            if !unanswered.is_empty() {
-                let mut missing: Vec<usize> = unanswered.into_iter().collect();
-                missing.sort_unstable();
-                last_error = format!(
-                    "PublishBatch left {} entries out of both Successful and Failed",
-                    missing.len()
-                );
-                retry.extend(missing);
-                retry.sort_unstable();
-            }
-            pending = retry;
-            if pending.is_empty() {
-                return done;
-            }
-        }
-        done.extend(pending.into_iter().map(|i| {
-            let err = SendError::GaveUp {
-                job_id: jobs[i].id.clone(),
-                attempts: MAX_ATTEMPTS,
-                last_error: last_error.clone(),
-            };
-            (i, Err(err))
-        }));
-        done
+                    || INVALID_MESSAGE_CODES.contains(&f.code()),
+            });
+            Ok(sent.chain(failed).collect())
+        };
+        send_batch_with_retries("PublishBatch", jobs, batch, |i, j| self.entry(i, j), call).await
     }
 }
 
