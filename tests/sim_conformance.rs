@@ -24,6 +24,8 @@ const DELETE_MESSAGE: &str =
 const MESSAGE_METADATA: &str = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html";
 const BATCH_ERROR_ENTRY: &str = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_BatchResultErrorEntry.html";
 const DLQ_REDRIVE: &str = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html";
+const TRANSACT_WRITE_FAILURES: &str =
+    "https://repost.aws/knowledge-center/dynamodb-transactwriteitems";
 const TRANSACT_WRITE: &str =
     "https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html";
 
@@ -211,7 +213,41 @@ fn dynamodb_client_request_tokens() {
 
 #[test]
 fn dynamodb_items_conditions_updates() {
-    conform("dynamodb items", dynamodb::items, &[]);
+    conform(
+        "dynamodb items",
+        dynamodb::items,
+        &[
+            // "An operand in the update expression has an incorrect data
+            // type" is one of a transaction's ValidationError cancellation
+            // reasons; moto answers a plain ValidationException.
+            Divergence {
+                step: "ADD to a string",
+                model: json!({"cancelled": [{"Code": "ValidationError", "Item": null}]}),
+                stack: json!({"error": "ValidationException",
+                    "message": "An operand in the update expression has an incorrect data type"}),
+                aws: TRANSACT_WRITE_FAILURES,
+            },
+            // No AWS page states it, but "Value provided in
+            // ExpressionAttributeValues unused in expressions" is DynamoDB's
+            // own refusal, which moto raises for an unused name in a
+            // transaction (the step before, where the two agree) but not
+            // for an unused value in PutItem.
+            Divergence {
+                step: "PutItem with an unused ExpressionAttributeValues entry",
+                model: json!({"error": "ValidationException",
+                    "message": "Value provided in ExpressionAttributeValues unused in expressions: keys: {:unused}"}),
+                stack: json!("ok"),
+                aws: "undocumented",
+            },
+            Divergence {
+                step: "u and p after them",
+                model: json!([{"n": {"N": "5"}, "pk": {"S": "u"}, "s": {"S": "x"}, "t": {"N": "3"}}, null]),
+                stack: json!([{"n": {"N": "5"}, "pk": {"S": "u"}, "s": {"S": "x"}, "t": {"N": "3"}},
+                    {"pk": {"S": "p"}}]),
+                aws: "undocumented",
+            },
+        ],
+    );
 }
 
 #[test]

@@ -289,7 +289,7 @@ pub async fn items(b: Backend) -> Obs {
         "SET and ADD again",
         transact(
             &b,
-            vec![update("u", "SET #s = :v ADD n :v", None, n(3))],
+            vec![update("u", "SET t = :v ADD n :v", None, n(3))],
             None,
         )
         .await,
@@ -314,6 +314,45 @@ pub async fn items(b: Backend) -> Obs {
         .await,
     );
     o.see("m after it", get(&b, &t, "m").await);
+    o.see(
+        "an unused ExpressionAttributeNames entry",
+        transact(
+            &b,
+            vec![
+                TransactWriteItem::builder()
+                    .update(
+                        Update::builder()
+                            .table_name(&t)
+                            .key("pk", s("u"))
+                            .update_expression("ADD n :v")
+                            .expression_attribute_names("#s", "s")
+                            .expression_attribute_values(":v", n(1))
+                            .build()
+                            .expect("update"),
+                    )
+                    .build(),
+            ],
+            None,
+        )
+        .await,
+    );
+    let r = b
+        .ddb
+        .put_item()
+        .table_name(&t)
+        .item("pk", s("p"))
+        .condition_expression("attribute_not_exists(pk)")
+        .expression_attribute_values(":unused", n(1))
+        .send()
+        .await;
+    o.see(
+        "PutItem with an unused ExpressionAttributeValues entry",
+        r.map(|_| json!("ok")).unwrap_or_else(|e| code_message(&e)),
+    );
+    o.see(
+        "u and p after them",
+        json!([get(&b, &t, "u").await, get(&b, &t, "p").await]),
+    );
     o
 }
 

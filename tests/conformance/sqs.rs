@@ -302,11 +302,12 @@ pub async fn attributes(b: Backend) -> Obs {
         .queue_url(&q)
         .attribute_names(QueueAttributeName::VisibilityTimeout)
         .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+        .attribute_names(QueueAttributeName::MaximumMessageSize)
         .send()
         .await
         .expect("attributes");
     o.see(
-        "two queue attributes asked for",
+        "three queue attributes asked for (MaximumMessageSize by default)",
         json!(attrs.attributes().map(|a| {
             a.iter()
                 .map(|(k, v)| (k.as_str().to_owned(), v.clone()))

@@ -63,7 +63,11 @@ impl Queue {
             name: name.into(),
             visibility_timeout,
             retention,
-            max_message_size: 262_144,
+            // "Default: 1,048,576 bytes (1 MiB)" since SQS raised the
+            // limit in 2025 (CreateQueue, `MaximumMessageSize`:
+            // <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html>);
+            // LocalStack agrees (tests/sim_conformance.rs).
+            max_message_size: 1_048_576,
             redrive: None,
             messages: BTreeMap::new(),
         }
