@@ -180,7 +180,9 @@ pub async fn visibility(b: Backend) -> Obs {
     send(&b, &q, "b").await;
     let r = receive(&b, &q, Some(1)).await;
     o.see("receive b for 1 s", seen(&r));
-    b.wait(Duration::from_millis(2500)).await;
+    // 2 s past the timeout: LocalStack ends one up to ~0.7 s late, and a
+    // change while still in flight would hide the message for 30 s.
+    b.wait(Duration::from_secs(3)).await;
     o.see(
         "change after the timeout ran out",
         change(&b, &q, &handle(&r), 30).await,
