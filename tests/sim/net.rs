@@ -151,6 +151,15 @@ impl HttpConnector for Net {
                 }
                 tokio::time::sleep(Duration::from_secs(1).min(until - Instant::now())).await;
             };
+            // A transaction is in progress on its items until DynamoDB
+            // answers: the model holds the items for TRANSACTION_HOLD after
+            // a commit, so the answer comes when the hold ends, and a client
+            // that waits for it never conflicts with its own transaction
+            // (tests/sim_conformance.rs found sequential transactions
+            // cancelled with TransactionConflict without this).
+            if op == "TransactWriteItems" && matches!(reply, Reply::Ok(_)) {
+                tokio::time::sleep(super::dynamodb::TRANSACTION_HOLD).await;
+            }
             if !fate.after.is_zero() {
                 tokio::time::sleep(fate.after).await;
             }

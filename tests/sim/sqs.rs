@@ -40,6 +40,8 @@ pub struct Msg {
     pub handle: Option<String>,
     /// When the current receive happened (the 12-hour limit counts from it).
     pub received_at: Option<Instant>,
+    /// `ApproximateFirstReceiveTimestamp`: the first receive's wall time.
+    pub first_received: Option<SystemTime>,
     /// `DeadLetterQueueSourceArn`, set by SQS's own redrive.
     pub source_arn: Option<String>,
 }
@@ -61,7 +63,11 @@ impl Queue {
             name: name.into(),
             visibility_timeout,
             retention,
-            max_message_size: 262_144,
+            // "Default: 1,048,576 bytes (1 MiB)" since SQS raised the
+            // limit in 2025 (CreateQueue, `MaximumMessageSize`:
+            // <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html>);
+            // LocalStack agrees (tests/sim_conformance.rs).
+            max_message_size: 1_048_576,
             redrive: None,
             messages: BTreeMap::new(),
         }
@@ -196,6 +202,7 @@ impl Sqs {
                 visible_at: Instant::now() + delay,
                 handle: None,
                 received_at: None,
+                first_received: None,
                 source_arn: None,
             },
         );
@@ -703,6 +710,7 @@ impl Sqs {
                 m.handle = Some(format!("rh-{}-{}", m.id, self.next_handle));
                 m.visible_at = now + visibility;
                 m.received_at = Some(now);
+                m.first_received.get_or_insert(wall);
                 out.push(m.clone());
             }
         }
@@ -787,10 +795,27 @@ impl Sqs {
             .values_mut()
             .find(|m| m.handle.as_deref() == Some(handle))
         else {
-            return Err((
-                "ReceiptHandleIsInvalid",
-                "The input receipt handle is invalid.".into(),
-            ));
+            // A well-formed handle of a message that is gone (deleted, or
+            // received again since): SQS answers InvalidParameterValue,
+            // "Message does not exist or is not available for visibility
+            // timeout change" (as reported from AWS in
+            // <https://github.com/vmihailenco/taskq/issues/29>; LocalStack
+            // agrees, tests/sim_conformance.rs). ReceiptHandleIsInvalid is
+            // for a handle SQS cannot read
+            // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html>).
+            return Err(if handle.starts_with("rh-") {
+                (
+                    "InvalidParameterValue",
+                    format!(
+                        "Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change."
+                    ),
+                )
+            } else {
+                (
+                    "ReceiptHandleIsInvalid",
+                    "The input receipt handle is invalid.".into(),
+                )
+            });
         };
         if m.visible_at <= now {
             return Err((
@@ -827,6 +852,9 @@ pub fn to_wire(m: &Msg, system: &[String], wanted: &[String]) -> Value {
     put("ApproximateReceiveCount", m.receive_count.to_string());
     put("SentTimestamp", epoch_ms(m.sent_at));
     put("SenderId", "AIDASIMULATED".into());
+    if let Some(t) = m.first_received {
+        put("ApproximateFirstReceiveTimestamp", epoch_ms(t));
+    }
     if let Some(a) = &m.source_arn {
         put("DeadLetterQueueSourceArn", a.clone());
     }
