@@ -32,10 +32,12 @@ use super::error::ServiceError;
 
 /// SQS's longest visibility timeout: 12 hours.
 const MAX_VISIBILITY: u64 = 43_200;
-/// SQS's defaults (API_CreateQueue).
+/// SQS's defaults
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html>:
+/// `MaximumMessageSize` defaults to 1,048,576 bytes, 1 MiB).
 const DEFAULT_VISIBILITY: u64 = 30;
 const DEFAULT_RETENTION: u64 = 345_600;
-const DEFAULT_MAX_MESSAGE: usize = 262_144;
+const DEFAULT_MAX_MESSAGE: usize = 1_048_576;
 const MAX_ATTRIBUTES: usize = 10;
 
 /// A queue of the in-memory SQS.
@@ -56,7 +58,7 @@ pub struct QueueSpec {
 
 impl QueueSpec {
     /// A queue with SQS's defaults (30 s visibility, 4 days' retention,
-    /// 256 KiB messages) and no DLQ.
+    /// 1 MiB messages) and no DLQ.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
