@@ -16,6 +16,10 @@ use sim::run::{Config, Outcome, run};
 /// Seeds `make test` runs, split over [`SHARDS`] test threads.
 const DEFAULT_SEEDS: u64 = 128;
 const SHARDS: u64 = 4;
+/// Seeds of the FIFO campaign (`SIM_FIFO_SEEDS`), over [`FIFO_SHARDS`]
+/// threads: [`Config::fifo_of_seed`], the same seeds' runs on FIFO queues.
+const DEFAULT_FIFO_SEEDS: u64 = 16;
+const FIFO_SHARDS: u64 = 2;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -46,13 +50,38 @@ fn describe_failure(o: &Outcome) -> String {
             .join("\n  "),
         o.config
     );
+    if o.config.fifo.is_some() {
+        s.push_str("\n  (a FIFO campaign seed: replay it with SIM_FIFO=1)");
+    }
     s.push('\n');
     s
 }
 
 fn campaign(shard: u64) {
-    let first = env_u64("SIM_FIRST_SEED", 1);
     let seeds = env_u64("SIM_SEEDS", DEFAULT_SEEDS);
+    run_campaign("simulation", shard, SHARDS, seeds, Config::of_seed);
+}
+
+/// The FIFO campaign: seeds of their own, on FIFO queues.
+fn fifo_campaign(shard: u64) {
+    let seeds = env_u64("SIM_FIFO_SEEDS", DEFAULT_FIFO_SEEDS);
+    run_campaign(
+        "FIFO simulation",
+        shard,
+        FIFO_SHARDS,
+        seeds,
+        Config::fifo_of_seed,
+    );
+}
+
+fn run_campaign(
+    what: &str,
+    shard: u64,
+    shards: u64,
+    seeds: u64,
+    config_of: fn(u64, f64) -> Config,
+) {
+    let first = env_u64("SIM_FIRST_SEED", 1);
     let hours = hours();
     let started = WallInstant::now();
     let (mut runs, mut jobs, mut applied, mut dead, mut pending, mut invocations, mut requests) =
@@ -62,8 +91,8 @@ fn campaign(shard: u64) {
     // only to make the simulation faster must leave it as it was).
     let mut digest = 0u64;
     let mut failures = Vec::new();
-    for seed in (first..first + seeds).filter(|s| s % SHARDS == shard) {
-        let o = run(&Config::of_seed(seed, hours));
+    for seed in (first..first + seeds).filter(|s| s % shards == shard) {
+        let o = run(&config_of(seed, hours));
         runs += 1;
         jobs += o.verdicts.jobs;
         applied += o.verdicts.applied;
@@ -86,7 +115,7 @@ fn campaign(shard: u64) {
     }
     let took = started.elapsed().as_secs_f64();
     eprintln!(
-        "simulation shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
+        "{what} shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
          {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
         jobs as f64 / took
     );
@@ -113,11 +142,26 @@ fn campaign_shard_3() {
     campaign(3);
 }
 
+#[test]
+fn fifo_campaign_shard_0() {
+    fifo_campaign(0);
+}
+
+#[test]
+fn fifo_campaign_shard_1() {
+    fifo_campaign(1);
+}
+
 /// `SIM_SEED=N`: that seed, traced when `SIM_TRACE=1`. Without it, seed 1.
+/// `SIM_FIFO=1`: the FIFO campaign's run of that seed.
 #[test]
 fn replay() {
     let seed = env_u64("SIM_SEED", 1);
-    let mut config = Config::of_seed(seed, hours());
+    let mut config = if std::env::var("SIM_FIFO").is_ok_and(|v| v == "1") {
+        Config::fifo_of_seed(seed, hours())
+    } else {
+        Config::of_seed(seed, hours())
+    };
     config.tracing = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
     let o = run(&config);
     for line in &o.trace {
