@@ -5,7 +5,8 @@
 //! - `SIM_SEEDS` (default below), `SIM_FIRST_SEED` (1), `SIM_HOURS` (24):
 //!   the campaign `make test` runs; `make sim SEEDS=N HOURS=H` a longer one.
 //! - `SIM_SEED=N SIM_TRACE=1 cargo test --test simulation -- replay
-//!   --nocapture` replays one seed with its trace.
+//!   --nocapture` replays one seed with its trace (`SIM_FIFO=1`: its FIFO
+//!   run); `SIM_FIFO_SEEDS` (default below) sizes the FIFO campaign.
 
 mod sim;
 
@@ -38,8 +39,13 @@ fn hours() -> f64 {
 fn describe_failure(o: &Outcome) -> String {
     let seed = o.config.seed;
     let hours = o.config.hours;
+    let fifo = if o.config.fifo.is_some() {
+        "SIM_FIFO=1 "
+    } else {
+        ""
+    };
     let mut s = format!(
-        "seed {seed} failed ({} violations):\n  {}\n  replay: SIM_SEED={seed} SIM_HOURS={hours} SIM_TRACE=1 cargo test --test simulation -- replay --nocapture\n  config: {:?}",
+        "seed {seed} failed ({} violations):\n  {}\n  replay: {fifo}SIM_SEED={seed} SIM_HOURS={hours} SIM_TRACE=1 cargo test --test simulation -- replay --nocapture\n  config: {:?}",
         o.verdicts.violations.len(),
         o.verdicts
             .violations
@@ -50,9 +56,6 @@ fn describe_failure(o: &Outcome) -> String {
             .join("\n  "),
         o.config
     );
-    if o.config.fifo.is_some() {
-        s.push_str("\n  (a FIFO campaign seed: replay it with SIM_FIFO=1)");
-    }
     s.push('\n');
     s
 }
@@ -374,6 +377,59 @@ fn edge_5_dead_letter_context_is_found_for_every_identity() {
             "seed {seed}: dead letters shown without context: {blind:?}"
         );
     }
+}
+
+/// Edge 6 (a FIFO queue returns no further messages of a group while one
+/// of them is in flight,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-queues-understanding-logic.html>,
+/// and a DLQ read holds every letter it reads): a FIFO source with a FIFO
+/// DLQ, a share of poison jobs over few groups, so the DLQ ends with many
+/// letters of each group; then the operator reads it as `idemq dlq list`
+/// does (`Peek::scan`) and as a dry-run `idemq dlq redrive`. Every letter
+/// must be read or counted as unreadable, none read twice; a group's
+/// letters are read up to its first 10 (behind them SQS gives nothing
+/// without a delete), so a group of 10 or fewer is read whole.
+#[test]
+fn edge_6_fifo_dead_letters_are_read_or_counted() {
+    let mut unreadable = 0;
+    for (seed, groups, poison) in [(601, 3, 0.35), (602, 12, 0.2), (603, 6, 0.25)] {
+        let mut c = Config::fifo_of_seed(seed, 24.0);
+        if let Some(f) = c.fifo.as_mut() {
+            f.groups = groups;
+        }
+        c.poison = poison;
+        c.redrive_every = None;
+        c.edges.fifo_audit = true;
+        let o = must_pass(&c);
+        let a = o.fifo_audit.expect("audit");
+        let total: usize = a.letters.values().sum();
+        let read: usize = a.read.values().sum();
+        assert!(total > 30, "seed {seed}: only {total} letters: {a:?}");
+        assert_eq!(a.strays, 0, "seed {seed}: letters read twice: {a:?}");
+        assert_eq!(
+            read as u64 + a.unseen,
+            total as u64,
+            "seed {seed}: letters neither read nor counted: {a:?}"
+        );
+        for (g, n) in &a.letters {
+            let got = a.read.get(g).copied().unwrap_or(0);
+            assert_eq!(got, (*n).min(10), "seed {seed}: group {g}: {a:?}");
+        }
+        eprintln!(
+            "edge 6, seed {seed}: {total} letters in {} groups, {read} read, {} counted unreadable; dry-run redrive {:?}",
+            a.letters.len(),
+            a.unseen,
+            a.redrive
+        );
+        let (moved, skipped, unseen) = a.redrive;
+        assert_eq!(
+            (moved + skipped) as u64 + unseen,
+            total as u64,
+            "seed {seed}: the dry-run redrive lost count: {a:?}"
+        );
+        unreadable += a.unseen;
+    }
+    assert!(unreadable > 0, "no group held more than 10 letters");
 }
 
 /// Edge 7 (SQS refuses attribute values outside its character set, and a

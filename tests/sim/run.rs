@@ -104,6 +104,9 @@ pub struct Edges {
     /// After the run, read every dead letter's context through idemq's own
     /// lookup (edge 5).
     pub audit_dlq: bool,
+    /// After the run, read the FIFO DLQ as `idemq dlq list` and a dry-run
+    /// `idemq dlq redrive` read it (edge 6).
+    pub fifo_audit: bool,
     /// The second send of a duplicated job comes this long after the
     /// first (default: 1 s to 2 h later).
     pub duplicate_gap: Option<Duration>,
@@ -220,6 +223,24 @@ pub struct Outcome {
     /// died by SQS's own redrive (no `idemq-error`), and whether idemq's
     /// lookup found its error.
     pub audit: Vec<(String, bool, bool)>,
+    /// With `edges.fifo_audit`: what the FIFO DLQ held and what idemq's
+    /// readers made of it.
+    pub fifo_audit: Option<FifoAudit>,
+}
+
+/// A FIFO DLQ read back by idemq (edge 6).
+#[derive(Debug, Clone, Default)]
+pub struct FifoAudit {
+    /// Letters in the DLQ, by message group (the model's own count).
+    pub letters: BTreeMap<String, usize>,
+    /// Letters `Peek::scan` read, by group.
+    pub read: BTreeMap<String, usize>,
+    /// Messages the scan returned twice, or that are no letter of the DLQ.
+    pub strays: usize,
+    /// What the scan counted as unreadable (`Scan::unseen`).
+    pub unseen: u64,
+    /// A dry-run redrive's report: would move, skipped, unseen.
+    pub redrive: (usize, usize, u64),
 }
 
 #[derive(serde::Deserialize)]
@@ -381,6 +402,12 @@ async fn simulate(config: Config) -> Outcome {
     } else {
         Vec::new()
     };
+    let fifo_audit = if config.edges.fifo_audit {
+        world.lock().expect("world").faults.enabled = false;
+        Some(audit_fifo_dlq(&world, &sqs_client, &dead_letters, &resolver, config.dlq()).await)
+    } else {
+        None
+    };
 
     let mut w = world.lock().expect("world");
     let w = &mut *w;
@@ -448,7 +475,56 @@ async fn simulate(config: Config) -> Outcome {
         dlq_moves,
         items: w.ddb.tables[TABLE].items.keys().cloned().collect(),
         audit,
+        fifo_audit,
     }
+}
+
+/// Edge 6: the FIFO DLQ read as `idemq dlq list` reads it (`Peek::scan`,
+/// src/bin/idemq/dlq/mod.rs), then as a dry-run `idemq dlq redrive`
+/// (`Redrive::run`), against what the model holds.
+async fn audit_fifo_dlq(
+    world: &Arc<Mutex<World>>,
+    sqs_client: &aws_sdk_sqs::Client,
+    dead_letters: &DeadLetters,
+    resolver: &JobIdResolver,
+    dlq: &str,
+) -> FifoAudit {
+    let mut audit = FifoAudit::default();
+    let ids: BTreeMap<String, String> = {
+        let w = world.lock().expect("world");
+        w.sqs.queues[dlq]
+            .messages
+            .values()
+            .map(|m| (m.id.clone(), m.group.clone().unwrap_or_default()))
+            .collect()
+    };
+    for g in ids.values() {
+        *audit.letters.entry(g.clone()).or_default() += 1;
+    }
+    let peek = Peek::new(sqs_client.clone(), sqs::url(dlq), Duration::from_secs(600));
+    let scan = peek.scan(None, |_| {}).await.expect("scan");
+    let mut seen = std::collections::BTreeSet::new();
+    for m in &scan.messages {
+        match ids.get(&m.message_id) {
+            Some(g) if seen.insert(m.message_id.clone()) => {
+                *audit.read.entry(g.clone()).or_default() += 1;
+            }
+            _ => audit.strays += 1,
+        }
+    }
+    audit.unseen = scan.unseen;
+    peek.release(&scan.messages).await;
+    let options = RedriveOptions {
+        dry_run: true,
+        resolver: resolver.clone(),
+        ..RedriveOptions::default()
+    };
+    let redrive = Redrive::new(&peek, Some(dead_letters), options)
+        .await
+        .expect("redrive");
+    let report = redrive.run(&|_, _| {}).await.expect("dry run");
+    audit.redrive = (report.moved.len(), report.skipped, report.unseen);
+    audit
 }
 
 /// Every dead letter read back as `idemq dlq list` reads it (`Peek::scan`,
