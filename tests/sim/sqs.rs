@@ -1,8 +1,7 @@
 //! SQS queues, as a client observes them through the AWS JSON 1.0
 //! protocol; what FIFO queues add is in [`super::fifo`]. Every behaviour
-//! cites the page it follows; what is not here (move tasks on FIFO queues,
-//! per-message delays, fair queues) is refused loudly rather than
-//! approximated.
+//! cites the page it follows; what is not here (move tasks from FIFO
+//! queues, fair queues) is refused loudly rather than approximated.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
