@@ -196,8 +196,16 @@ fn a_seed_replays_exactly() {
     // Seed 59 (24 h): a producer's retry after a throttled batch drifted
     // by milliseconds between runs while its jitter came from an unseeded
     // generator (src/producer.rs).
-    for (seed, hours) in [(3, 6.0), (11, 6.0), (59, 24.0)] {
-        let mut config = Config::of_seed(seed, hours);
+    // And a FIFO run (its receive, deduplication and groups).
+    let fifo = |seed, hours| Config::fifo_of_seed(seed, hours);
+    let of_seed = |seed, hours| Config::of_seed(seed, hours);
+    for (seed, hours, config_of) in [
+        (3, 6.0, &of_seed as &dyn Fn(u64, f64) -> Config),
+        (11, 6.0, &of_seed),
+        (59, 24.0, &of_seed),
+        (4, 12.0, &fifo),
+    ] {
+        let mut config = config_of(seed, hours);
         config.tracing = true;
         let a = run(&config);
         let b = run(&config);

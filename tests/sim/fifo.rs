@@ -101,8 +101,8 @@ pub fn check_send(fifo: &Fifo, entry: &Value, body: &str) -> Result<(String, Str
 
 /// The (MessageId, SequenceNumber) of an earlier send with this
 /// deduplication id, if it was accepted less than 5 minutes ago: the send
-/// succeeds and enqueues nothing. Otherwise the id is remembered for the
-/// message about to be enqueued.
+/// succeeds and enqueues nothing ([`accept`] remembers a send that did
+/// enqueue).
 pub fn deduplicate(fifo: &mut Fifo, dedup: &str, now: Instant) -> Option<(String, String)> {
     fifo.accepted.retain(|_, (until, _, _)| *until > now);
     fifo.accepted
