@@ -5,7 +5,8 @@
 //! - `SIM_SEEDS` (default below), `SIM_FIRST_SEED` (1), `SIM_HOURS` (24):
 //!   the campaign `make test` runs; `make sim SEEDS=N HOURS=H` a longer one.
 //! - `SIM_SEED=N SIM_TRACE=1 cargo test --test simulation -- replay
-//!   --nocapture` replays one seed with its trace.
+//!   --nocapture` replays one seed with its trace (`SIM_FIFO=1`: its FIFO
+//!   run); `SIM_FIFO_SEEDS` (default below) sizes the FIFO campaign.
 
 mod sim;
 
@@ -16,6 +17,10 @@ use sim::run::{Config, Outcome, run};
 /// Seeds `make test` runs, split over [`SHARDS`] test threads.
 const DEFAULT_SEEDS: u64 = 128;
 const SHARDS: u64 = 4;
+/// Seeds of the FIFO campaign (`SIM_FIFO_SEEDS`), over [`FIFO_SHARDS`]
+/// threads: [`Config::fifo_of_seed`], the same seeds' runs on FIFO queues.
+const DEFAULT_FIFO_SEEDS: u64 = 16;
+const FIFO_SHARDS: u64 = 2;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -34,8 +39,13 @@ fn hours() -> f64 {
 fn describe_failure(o: &Outcome) -> String {
     let seed = o.config.seed;
     let hours = o.config.hours;
+    let fifo = if o.config.fifo.is_some() {
+        "SIM_FIFO=1 "
+    } else {
+        ""
+    };
     let mut s = format!(
-        "seed {seed} failed ({} violations):\n  {}\n  replay: SIM_SEED={seed} SIM_HOURS={hours} SIM_TRACE=1 cargo test --test simulation -- replay --nocapture\n  config: {:?}",
+        "seed {seed} failed ({} violations):\n  {}\n  replay: {fifo}SIM_SEED={seed} SIM_HOURS={hours} SIM_TRACE=1 cargo test --test simulation -- replay --nocapture\n  config: {:?}",
         o.verdicts.violations.len(),
         o.verdicts
             .violations
@@ -51,8 +61,30 @@ fn describe_failure(o: &Outcome) -> String {
 }
 
 fn campaign(shard: u64) {
-    let first = env_u64("SIM_FIRST_SEED", 1);
     let seeds = env_u64("SIM_SEEDS", DEFAULT_SEEDS);
+    run_campaign("simulation", shard, SHARDS, seeds, Config::of_seed);
+}
+
+/// The FIFO campaign: seeds of their own, on FIFO queues.
+fn fifo_campaign(shard: u64) {
+    let seeds = env_u64("SIM_FIFO_SEEDS", DEFAULT_FIFO_SEEDS);
+    run_campaign(
+        "FIFO simulation",
+        shard,
+        FIFO_SHARDS,
+        seeds,
+        Config::fifo_of_seed,
+    );
+}
+
+fn run_campaign(
+    what: &str,
+    shard: u64,
+    shards: u64,
+    seeds: u64,
+    config_of: fn(u64, f64) -> Config,
+) {
+    let first = env_u64("SIM_FIRST_SEED", 1);
     let hours = hours();
     let started = WallInstant::now();
     let (mut runs, mut jobs, mut applied, mut dead, mut pending, mut invocations, mut requests) =
@@ -62,8 +94,8 @@ fn campaign(shard: u64) {
     // only to make the simulation faster must leave it as it was).
     let mut digest = 0u64;
     let mut failures = Vec::new();
-    for seed in (first..first + seeds).filter(|s| s % SHARDS == shard) {
-        let o = run(&Config::of_seed(seed, hours));
+    for seed in (first..first + seeds).filter(|s| s % shards == shard) {
+        let o = run(&config_of(seed, hours));
         runs += 1;
         jobs += o.verdicts.jobs;
         applied += o.verdicts.applied;
@@ -86,7 +118,7 @@ fn campaign(shard: u64) {
     }
     let took = started.elapsed().as_secs_f64();
     eprintln!(
-        "simulation shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
+        "{what} shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
          {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
         jobs as f64 / took
     );
@@ -113,11 +145,26 @@ fn campaign_shard_3() {
     campaign(3);
 }
 
+#[test]
+fn fifo_campaign_shard_0() {
+    fifo_campaign(0);
+}
+
+#[test]
+fn fifo_campaign_shard_1() {
+    fifo_campaign(1);
+}
+
 /// `SIM_SEED=N`: that seed, traced when `SIM_TRACE=1`. Without it, seed 1.
+/// `SIM_FIFO=1`: the FIFO campaign's run of that seed.
 #[test]
 fn replay() {
     let seed = env_u64("SIM_SEED", 1);
-    let mut config = Config::of_seed(seed, hours());
+    let mut config = if std::env::var("SIM_FIFO").is_ok_and(|v| v == "1") {
+        Config::fifo_of_seed(seed, hours())
+    } else {
+        Config::of_seed(seed, hours())
+    };
     config.tracing = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
     let o = run(&config);
     for line in &o.trace {
@@ -149,8 +196,16 @@ fn a_seed_replays_exactly() {
     // Seed 59 (24 h): a producer's retry after a throttled batch drifted
     // by milliseconds between runs while its jitter came from an unseeded
     // generator (src/producer.rs).
-    for (seed, hours) in [(3, 6.0), (11, 6.0), (59, 24.0)] {
-        let mut config = Config::of_seed(seed, hours);
+    // And a FIFO run (its receive, deduplication and groups).
+    let fifo = |seed, hours| Config::fifo_of_seed(seed, hours);
+    let of_seed = |seed, hours| Config::of_seed(seed, hours);
+    for (seed, hours, config_of) in [
+        (3, 6.0, &of_seed as &dyn Fn(u64, f64) -> Config),
+        (11, 6.0, &of_seed),
+        (59, 24.0, &of_seed),
+        (4, 12.0, &fifo),
+    ] {
+        let mut config = config_of(seed, hours);
         config.tracing = true;
         let a = run(&config);
         let b = run(&config);
@@ -330,6 +385,59 @@ fn edge_5_dead_letter_context_is_found_for_every_identity() {
             "seed {seed}: dead letters shown without context: {blind:?}"
         );
     }
+}
+
+/// Edge 6 (a FIFO queue returns no further messages of a group while one
+/// of them is in flight,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-queues-understanding-logic.html>,
+/// and a DLQ read holds every letter it reads): a FIFO source with a FIFO
+/// DLQ, a share of poison jobs over few groups, so the DLQ ends with many
+/// letters of each group; then the operator reads it as `idemq dlq list`
+/// does (`Peek::scan`) and as a dry-run `idemq dlq redrive`. Every letter
+/// must be read or counted as unreadable, none read twice; a group's
+/// letters are read up to its first 10 (behind them SQS gives nothing
+/// without a delete), so a group of 10 or fewer is read whole.
+#[test]
+fn edge_6_fifo_dead_letters_are_read_or_counted() {
+    let mut unreadable = 0;
+    for (seed, groups, poison) in [(601, 3, 0.35), (602, 12, 0.2), (603, 6, 0.25)] {
+        let mut c = Config::fifo_of_seed(seed, 24.0);
+        if let Some(f) = c.fifo.as_mut() {
+            f.groups = groups;
+        }
+        c.poison = poison;
+        c.redrive_every = None;
+        c.edges.fifo_audit = true;
+        let o = must_pass(&c);
+        let a = o.fifo_audit.expect("audit");
+        let total: usize = a.letters.values().sum();
+        let read: usize = a.read.values().sum();
+        assert!(total > 30, "seed {seed}: only {total} letters: {a:?}");
+        assert_eq!(a.strays, 0, "seed {seed}: letters read twice: {a:?}");
+        assert_eq!(
+            read as u64 + a.unseen,
+            total as u64,
+            "seed {seed}: letters neither read nor counted: {a:?}"
+        );
+        for (g, n) in &a.letters {
+            let got = a.read.get(g).copied().unwrap_or(0);
+            assert_eq!(got, (*n).min(10), "seed {seed}: group {g}: {a:?}");
+        }
+        eprintln!(
+            "edge 6, seed {seed}: {total} letters in {} groups, {read} read, {} counted unreadable; dry-run redrive {:?}",
+            a.letters.len(),
+            a.unseen,
+            a.redrive
+        );
+        let (moved, skipped, unseen) = a.redrive;
+        assert_eq!(
+            (moved + skipped) as u64 + unseen,
+            total as u64,
+            "seed {seed}: the dry-run redrive lost count: {a:?}"
+        );
+        unreadable += a.unseen;
+    }
+    assert!(unreadable > 0, "no group held more than 10 letters");
 }
 
 /// Edge 7 (SQS refuses attribute values outside its character set, and a

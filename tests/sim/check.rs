@@ -61,6 +61,15 @@ pub fn job_of(body: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// A FIFO job's message group (its body's `"g"`).
+pub fn group_of(body: &str) -> Option<String> {
+    serde_json::from_str::<Value>(body)
+        .ok()?
+        .get("g")?
+        .as_str()
+        .map(str::to_owned)
+}
+
 /// What a job is meant to do (from its body's `"kind"`).
 pub fn kind_of(body: &str) -> String {
     serde_json::from_str::<Value>(body)
@@ -95,7 +104,17 @@ pub struct Verdicts {
 ///   `idemq-error` attribute or a failure record), or still on the source
 ///   queue; none is lost (expired, or deleted unapplied);
 /// - the environment saw no violation (a response after the deadline, an
-///   invalid id in a batch response).
+///   invalid id in a batch response);
+/// - FIFO order within groups for applied jobs: in each message group,
+///   the jobs that are applied and never had a copy in the DLQ (dead-
+///   lettered by idemq or moved by SQS's redrive) are applied in the order
+///   in which they were first sent to the source queue (its sequence
+///   order, which is what SQS keeps: a producer's retried entry may land
+///   after later ones). docs/reliability.md, "Not promised": order within
+///   a group after a failure is not; a job that went through the DLQ comes
+///   back (if at all) behind newer ones, and one handed back untried may be
+///   moved there by SQS, so those are left out, and the rest must keep
+///   their order around them.
 ///
 /// `dlq` and `table` are the final contents: (body, attributes) of each DLQ
 /// message and every item.
@@ -112,11 +131,26 @@ pub fn check(
     let mut in_dlq: BTreeMap<String, i64> = BTreeMap::new();
     let mut kinds: BTreeMap<String, String> = BTreeMap::new();
     let mut expired: BTreeMap<String, u32> = BTreeMap::new();
-    for e in &history.events {
+    // FIFO order: each job's group and the index of its first send to the
+    // source queue; jobs that had a copy in the DLQ; jobs in the order of
+    // their first application.
+    let mut groups: BTreeMap<String, String> = BTreeMap::new();
+    let mut first_sent: BTreeMap<String, usize> = BTreeMap::new();
+    let mut through_dlq: std::collections::BTreeSet<String> = Default::default();
+    let mut applied_order: Vec<String> = Vec::new();
+    for (at, e) in history.events.iter().enumerate() {
         match e {
             Event::Sent { queue, body, .. } => {
                 let Some(k) = job_of(body) else { continue };
                 kinds.entry(k.clone()).or_insert_with(|| kind_of(body));
+                if let Some(g) = group_of(body) {
+                    groups.entry(k.clone()).or_insert(g);
+                    if queue == source {
+                        first_sent.entry(k.clone()).or_insert(at);
+                    } else if queue == dlq {
+                        through_dlq.insert(k.clone());
+                    }
+                }
                 if queue == source {
                     *in_source.entry(k).or_default() += 1;
                 } else if queue == dlq {
@@ -125,6 +159,7 @@ pub fn check(
             }
             Event::Redriven { body, .. } => {
                 let Some(k) = job_of(body) else { continue };
+                through_dlq.insert(k.clone());
                 *in_source.entry(k.clone()).or_default() -= 1;
                 *in_dlq.entry(k).or_default() += 1;
             }
@@ -188,6 +223,9 @@ pub fn check(
                         .and_then(|s| s.parse().ok())
                         .unwrap_or(0);
                     let before = applied.insert(k.to_owned(), n).unwrap_or(0);
+                    if n >= 1 && before == 0 {
+                        applied_order.push(k.to_owned());
+                    }
                     if n >= 2 && before < 2 {
                         v.violations.push(format!("{k}: applied {n} times"));
                     }
@@ -195,6 +233,26 @@ pub fn check(
             }
             Event::Violation(what) => v.violations.push(what.clone()),
         }
+    }
+    // FIFO order within groups, for applied jobs that never went through
+    // the DLQ: each group's first-send indexes, in application order, must
+    // rise.
+    let mut last: BTreeMap<&str, (&str, usize)> = BTreeMap::new();
+    for k in &applied_order {
+        let (Some(g), Some(at)) = (groups.get(k), first_sent.get(k)) else {
+            continue;
+        };
+        if through_dlq.contains(k) {
+            continue;
+        }
+        if let Some((before, before_at)) = last.get(g.as_str())
+            && *before_at > *at
+        {
+            v.violations.push(format!(
+                "group {g}: {k} applied after {before}, which was sent after it (FIFO order)"
+            ));
+        }
+        last.insert(g, (k, *at));
     }
     // The DLQ's final contents, by job: do they say why they died?
     let mut letters: BTreeMap<String, Vec<bool>> = BTreeMap::new();

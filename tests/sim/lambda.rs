@@ -8,6 +8,23 @@
 //! - with `ReportBatchItemFailures`, a response naming an empty or unknown
 //!   `itemIdentifier` fails the whole batch too;
 //! - otherwise every message not named is deleted.
+//!
+//! From a FIFO queue, "each batch may contain messages from more than one
+//! message group, but the order of the messages is maintained. If your
+//! function returns an error, the function attempts all retries on the
+//! affected messages before Lambda receives additional messages from the
+//! same group"
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html>):
+//! the mapping receives as any consumer does, and the queue's FIFO receive
+//! (tests/sim/fifo.rs) holds back every group with a message in flight, so
+//! one batch at a time holds a group. Lambda does nothing more with a
+//! partial batch response on FIFO: "your function should stop processing
+//! messages after the first failure and return all failed and unprocessed
+//! messages in batchItemFailures"
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>),
+//! so it still deletes every message the response does not name, whichever
+//! group it is in: keeping a group's order is the function's job (idemq's
+//! FIFO rule, src/batch.rs), and the checker's order rule watches it.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -15,6 +15,7 @@
 pub mod check;
 pub mod dynamodb;
 pub mod faults;
+pub mod fifo;
 pub mod lambda;
 pub mod net;
 pub mod run;

@@ -31,6 +31,10 @@ use super::sqs::{self, Queue};
 
 pub const SOURCE: &str = "sim-jobs";
 pub const DLQ: &str = "sim-jobs-dlq";
+/// The queues of a FIFO run (a FIFO queue's name ends in `.fifo`, and its
+/// DLQ is FIFO too: tests/sim/fifo.rs).
+pub const FIFO_SOURCE: &str = "sim-jobs.fifo";
+pub const FIFO_DLQ: &str = "sim-jobs-dlq.fifo";
 pub const TABLE: &str = "sim";
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -60,6 +64,19 @@ pub struct Config {
     /// The edge scenarios (tests/simulation.rs `edge_*`), all off in the
     /// campaign's seeds, so a seed means the same run as before they came.
     pub edges: Edges,
+    /// A FIFO source queue (and DLQ): off in [`Config::of_seed`]; the FIFO
+    /// campaign's seeds are [`Config::fifo_of_seed`].
+    pub fifo: Option<FifoRun>,
+}
+
+/// How a FIFO run sends.
+#[derive(Debug, Clone, Copy)]
+pub struct FifoRun {
+    /// Jobs are spread over this many message groups.
+    pub groups: usize,
+    /// The source queue has `ContentBasedDeduplication` (jobs known by
+    /// their MessageId are then sent without a deduplication id).
+    pub content_based_deduplication: bool,
 }
 
 /// Shares of job kinds and settings that the edge tests turn on.
@@ -87,6 +104,9 @@ pub struct Edges {
     /// After the run, read every dead letter's context through idemq's own
     /// lookup (edge 5).
     pub audit_dlq: bool,
+    /// After the run, read the FIFO DLQ as `idemq dlq list` and a dry-run
+    /// `idemq dlq redrive` read it (edge 6).
+    pub fifo_audit: bool,
     /// The second send of a duplicated job comes this long after the
     /// first (default: 1 s to 2 h later).
     pub duplicate_gap: Option<Duration>,
@@ -134,7 +154,37 @@ impl Config {
             bursts: rng.random_range(0..=3),
             tracing: false,
             edges: Edges::default(),
+            fifo: None,
         }
+    }
+
+    /// A FIFO run: the seed's run of [`Config::of_seed`], on FIFO queues,
+    /// its FIFO settings drawn from another generator (so the standard
+    /// run's draws stay as they were). Jobs that ask for a retry hours
+    /// away are left out: each would hold its group for up to 36 hours.
+    pub fn fifo_of_seed(seed: u64, hours: f64) -> Self {
+        let mut c = Self::of_seed(seed, hours);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xf1f0_f1f0);
+        c.later = 0.0;
+        c.fifo = Some(FifoRun {
+            groups: rng.random_range(2..=24),
+            content_based_deduplication: rng.random_bool(0.5),
+        });
+        c
+    }
+
+    /// The source queue's name.
+    pub fn source(&self) -> &'static str {
+        if self.fifo.is_some() {
+            FIFO_SOURCE
+        } else {
+            SOURCE
+        }
+    }
+
+    /// The DLQ's name.
+    pub fn dlq(&self) -> &'static str {
+        if self.fifo.is_some() { FIFO_DLQ } else { DLQ }
     }
 }
 
@@ -173,6 +223,24 @@ pub struct Outcome {
     /// died by SQS's own redrive (no `idemq-error`), and whether idemq's
     /// lookup found its error.
     pub audit: Vec<(String, bool, bool)>,
+    /// With `edges.fifo_audit`: what the FIFO DLQ held and what idemq's
+    /// readers made of it.
+    pub fifo_audit: Option<FifoAudit>,
+}
+
+/// A FIFO DLQ read back by idemq (edge 6).
+#[derive(Debug, Clone, Default)]
+pub struct FifoAudit {
+    /// Letters in the DLQ, by message group (the model's own count).
+    pub letters: BTreeMap<String, usize>,
+    /// Letters `Peek::scan` read, by group.
+    pub read: BTreeMap<String, usize>,
+    /// Messages the scan returned twice, or that are no letter of the DLQ.
+    pub strays: usize,
+    /// What the scan counted as unreadable (`Scan::unseen`).
+    pub unseen: u64,
+    /// A dry-run redrive's report: would move, skipped, unseen.
+    pub redrive: (usize, usize, u64),
 }
 
 #[derive(serde::Deserialize)]
@@ -235,11 +303,14 @@ async fn simulate(config: Config) -> Outcome {
     {
         let mut w = world.lock().expect("world");
         w.handler_time = config.edges.handler_time;
-        let mut source = Queue::new(SOURCE, config.visibility, config.retention);
-        source.redrive = Some((DLQ.into(), config.max_receive_count));
+        let mut source = Queue::new(config.source(), config.visibility, config.retention);
+        source.redrive = Some((config.dlq().into(), config.max_receive_count));
+        if let (Some(run), Some(state)) = (config.fifo, source.fifo.as_mut()) {
+            state.content_based_deduplication = run.content_based_deduplication;
+        }
         w.sqs.add(source);
         // A DLQ keeps its letters 14 days, the most SQS allows.
-        let mut dlq = Queue::new(DLQ, Duration::from_secs(30), 14 * 24 * HOUR);
+        let mut dlq = Queue::new(config.dlq(), Duration::from_secs(30), 14 * 24 * HOUR);
         if let Some(max) = config.edges.dlq_max_message_size {
             dlq.max_message_size = max;
         }
@@ -255,10 +326,10 @@ async fn simulate(config: Config) -> Outcome {
         world: Arc::clone(&world),
     };
     let (sqs_client, ddb) = net::clients(&net, config.seed);
-    let queue = QueueInfo::discover(&sqs_client, &sqs::url(SOURCE))
+    let queue = QueueInfo::discover(&sqs_client, &sqs::url(config.source()))
         .await
         .expect("the source queue");
-    let producer = Producer::with_client(sqs_client.clone(), sqs::url(SOURCE))
+    let producer = Producer::with_client(sqs_client.clone(), sqs::url(config.source()))
         .await
         .expect("producer");
     world.lock().expect("world").faults.enabled = true;
@@ -301,7 +372,7 @@ async fn simulate(config: Config) -> Outcome {
             &invocations,
         )
     });
-    let produce = produce(&world, &producer, schedule);
+    let produce = produce(&world, &producer, schedule, &config);
     let operate = operate(
         &world,
         &sqs_client,
@@ -327,15 +398,21 @@ async fn simulate(config: Config) -> Outcome {
     tokio::join!(join_all(envs), produce, operate);
     let audit = if config.edges.audit_dlq {
         world.lock().expect("world").faults.enabled = false;
-        audit_dlq(&sqs_client, &dead_letters, &resolver).await
+        audit_dlq(&sqs_client, &dead_letters, &resolver, config.dlq()).await
     } else {
         Vec::new()
+    };
+    let fifo_audit = if config.edges.fifo_audit {
+        world.lock().expect("world").faults.enabled = false;
+        Some(audit_fifo_dlq(&world, &sqs_client, &dead_letters, &resolver, config.dlq()).await)
+    } else {
+        None
     };
 
     let mut w = world.lock().expect("world");
     let w = &mut *w;
     w.sqs.expire(idemq::clock::now(), &mut w.history);
-    let dlq_final: Vec<(String, Value, String)> = w.sqs.queues[DLQ]
+    let dlq_final: Vec<(String, Value, String)> = w.sqs.queues[config.dlq()]
         .messages
         .values()
         .map(|m| {
@@ -361,8 +438,8 @@ async fn simulate(config: Config) -> Outcome {
         .collect();
     let verdicts = check::check(
         &w.history,
-        SOURCE,
-        DLQ,
+        config.source(),
+        config.dlq(),
         &dlq_final,
         &w.ddb.tables[TABLE].items,
     );
@@ -371,7 +448,7 @@ async fn simulate(config: Config) -> Outcome {
     let mut dlq_moves: BTreeMap<String, u32> = BTreeMap::new();
     for e in &w.history.events {
         if let Event::Deleted { queue, body, .. } = e
-            && queue == DLQ
+            && queue == config.dlq()
             && let Some(k) = check::job_of(body)
         {
             *dlq_moves.entry(k).or_default() += 1;
@@ -379,6 +456,7 @@ async fn simulate(config: Config) -> Outcome {
     }
     let history: Vec<String> = w.history.events.iter().map(|e| format!("{e:?}")).collect();
     let digest_input = history.join("\n");
+    let dlq_left = w.sqs.queues[config.dlq()].messages.len();
     Outcome {
         config,
         verdicts,
@@ -393,11 +471,60 @@ async fn simulate(config: Config) -> Outcome {
         redrive_failed,
         conflicts: w.ddb.conflicts,
         native_moved,
-        dlq_left: w.sqs.queues[DLQ].messages.len(),
+        dlq_left,
         dlq_moves,
         items: w.ddb.tables[TABLE].items.keys().cloned().collect(),
         audit,
+        fifo_audit,
     }
+}
+
+/// Edge 6: the FIFO DLQ read as `idemq dlq list` reads it (`Peek::scan`,
+/// src/bin/idemq/dlq/mod.rs), then as a dry-run `idemq dlq redrive`
+/// (`Redrive::run`), against what the model holds.
+async fn audit_fifo_dlq(
+    world: &Arc<Mutex<World>>,
+    sqs_client: &aws_sdk_sqs::Client,
+    dead_letters: &DeadLetters,
+    resolver: &JobIdResolver,
+    dlq: &str,
+) -> FifoAudit {
+    let mut audit = FifoAudit::default();
+    let ids: BTreeMap<String, String> = {
+        let w = world.lock().expect("world");
+        w.sqs.queues[dlq]
+            .messages
+            .values()
+            .map(|m| (m.id.clone(), m.group.clone().unwrap_or_default()))
+            .collect()
+    };
+    for g in ids.values() {
+        *audit.letters.entry(g.clone()).or_default() += 1;
+    }
+    let peek = Peek::new(sqs_client.clone(), sqs::url(dlq), Duration::from_secs(600));
+    let scan = peek.scan(None, |_| {}).await.expect("scan");
+    let mut seen = std::collections::BTreeSet::new();
+    for m in &scan.messages {
+        match ids.get(&m.message_id) {
+            Some(g) if seen.insert(m.message_id.clone()) => {
+                *audit.read.entry(g.clone()).or_default() += 1;
+            }
+            _ => audit.strays += 1,
+        }
+    }
+    audit.unseen = scan.unseen;
+    peek.release(&scan.messages).await;
+    let options = RedriveOptions {
+        dry_run: true,
+        resolver: resolver.clone(),
+        ..RedriveOptions::default()
+    };
+    let redrive = Redrive::new(&peek, Some(dead_letters), options)
+        .await
+        .expect("redrive");
+    let report = redrive.run(&|_, _| {}).await.expect("dry run");
+    audit.redrive = (report.moved.len(), report.skipped, report.unseen);
+    audit
 }
 
 /// Every dead letter read back as `idemq dlq list` reads it (`Peek::scan`,
@@ -407,8 +534,9 @@ async fn audit_dlq(
     sqs_client: &aws_sdk_sqs::Client,
     dead_letters: &DeadLetters,
     resolver: &JobIdResolver,
+    dlq: &str,
 ) -> Vec<(String, bool, bool)> {
-    let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
+    let peek = Peek::new(sqs_client.clone(), sqs::url(dlq), Duration::from_secs(600));
     let scan = peek.scan(None, |_| {}).await.expect("scan");
     let keys: Vec<(Option<String>, String)> = scan
         .messages
@@ -569,7 +697,19 @@ fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
             // Fits a 1 KiB DLQ alone, not with idemq's context.
             body["pad"] = Value::String("p".repeat(850));
         }
-        let at = Duration::from_secs_f64(rng.random_range(0.0..window));
+        if let Some(g) = group_of(config, &k) {
+            // The checker's FIFO order rule reads the group from here.
+            body["g"] = Value::String(g);
+        }
+        let mut at = Duration::from_secs_f64(rng.random_range(0.0..window));
+        if config.fifo.is_some() {
+            // FIFO producers send in bursts (every 30 minutes, within 18 s),
+            // so a group has several messages waiting at once: batches then
+            // hold runs of one group, and a failure holds up the rest.
+            let secs = at.as_secs_f64();
+            at =
+                Duration::from_secs_f64((secs / 1800.0).floor() * 1800.0 + (secs % 1800.0) / 100.0);
+        }
         let stable = !rng.random_bool(config.message_id_jobs);
         // Drawn only when the edge asks for it: the campaign's seeds draw
         // as they did before.
@@ -609,17 +749,35 @@ fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
     sends
 }
 
+/// A FIFO run's message group for job `k`: from its name, drawing nothing
+/// from the run's generator.
+fn group_of(config: &Config, k: &str) -> Option<String> {
+    let fifo = config.fifo?;
+    let h = super::faults::hash(&[k.as_bytes()]);
+    Some(format!("g{:02}", h % fifo.groups.max(1) as u64))
+}
+
 /// The producers: jobs with a stable id through idemq's `Producer` (over
 /// the faulty network: a send whose answer is lost is retried, and may
 /// leave two copies, which is what producers do); jobs known by their
 /// MessageId straight onto the queue, once each (a producer that sends
 /// such a job twice makes two jobs, which idemq does not promise to merge).
-async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send>) {
+async fn produce(
+    world: &Arc<Mutex<World>>,
+    producer: &Producer,
+    sends: Vec<Send>,
+    config: &Config,
+) {
     let start = world.lock().expect("world").started;
+    let source = config.source();
     for s in sends {
         tokio::time::sleep_until(start + s.at).await;
+        let group = group_of(config, &s.k);
         if s.stable {
             let mut job = Job::raw(s.k.clone(), s.body);
+            if let Some(g) = group {
+                job = job.in_group(g);
+            }
             for i in 0..s.attributes {
                 job.attributes.insert(
                     format!("producer-{i}"),
@@ -639,15 +797,22 @@ async fn produce(world: &Arc<Mutex<World>>, producer: &Producer, sends: Vec<Send
         } else {
             let mut w = world.lock().expect("world");
             let w = &mut *w;
-            let id = w.sqs.enqueue(
-                SOURCE,
+            // On FIFO, as a plain send with content-based deduplication
+            // would put it there: its group, the SHA-256 of its body.
+            let fifo = group.map(|g| {
+                use sha2::Digest;
+                (g, hex::encode(sha2::Sha256::digest(s.body.as_bytes())))
+            });
+            let (id, _) = w.sqs.enqueue_in_group(
+                source,
                 s.body.clone(),
                 BTreeMap::new(),
                 idemq::clock::now(),
                 Duration::ZERO,
+                fifo,
             );
             w.history.push(Event::Sent {
-                queue: SOURCE.into(),
+                queue: source.into(),
                 message_id: id,
                 body: s.body,
             });
@@ -732,7 +897,11 @@ async fn operate(
         let killed_after = rng
             .random_bool(0.3)
             .then(|| Duration::from_millis(rng.random_range(0..20_000)));
-        let peek = Peek::new(sqs_client.clone(), sqs::url(DLQ), Duration::from_secs(600));
+        let peek = Peek::new(
+            sqs_client.clone(),
+            sqs::url(config.dlq()),
+            Duration::from_secs(600),
+        );
         let work = async {
             if config.edges.native_redrive
                 && let Some(moved) =

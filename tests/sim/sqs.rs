@@ -1,7 +1,7 @@
-//! Standard SQS queues, as a client observes them through the AWS JSON 1.0
-//! protocol. Every behaviour cites the page it follows; what is not here
-//! (FIFO queues, move tasks, delay queues) is refused loudly rather than
-//! approximated.
+//! SQS queues, as a client observes them through the AWS JSON 1.0
+//! protocol; what FIFO queues add is in [`super::fifo`]. Every behaviour
+//! cites the page it follows; what is not here (move tasks from FIFO
+//! queues, fair queues) is refused loudly rather than approximated.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::check::{Event, History};
+use super::fifo::{self, Fifo};
 use super::net::Reply;
 
 pub const ACCOUNT: &str = "000000000000";
@@ -44,6 +45,10 @@ pub struct Msg {
     pub first_received: Option<SystemTime>,
     /// `DeadLetterQueueSourceArn`, set by SQS's own redrive.
     pub source_arn: Option<String>,
+    /// FIFO: `MessageGroupId`, `MessageDeduplicationId`, `SequenceNumber`.
+    pub group: Option<String>,
+    pub dedup_id: Option<String>,
+    pub sequence: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +60,10 @@ pub struct Queue {
     /// (DLQ name, maxReceiveCount).
     pub redrive: Option<(String, u32)>,
     pub messages: BTreeMap<u64, Msg>,
+    /// A FIFO queue's state: its name ends in `.fifo`.
+    pub fifo: Option<Fifo>,
+    /// The queue's `DelaySeconds`.
+    pub delay: Duration,
 }
 
 impl Queue {
@@ -70,6 +79,8 @@ impl Queue {
             max_message_size: 1_048_576,
             redrive: None,
             messages: BTreeMap::new(),
+            fifo: name.ends_with(".fifo").then(Fifo::default),
+            delay: Duration::ZERO,
         }
     }
 }
@@ -129,7 +140,7 @@ pub struct Sqs {
     pub moves: u64,
 }
 
-fn err(code: &str, message: impl Into<String>) -> Reply {
+pub(super) fn err(code: &str, message: impl Into<String>) -> Reply {
     Reply::Error {
         status: 400,
         kind: format!("com.amazonaws.sqs#{code}"),
@@ -188,8 +199,25 @@ impl Sqs {
         wall: SystemTime,
         delay: Duration,
     ) -> String {
+        self.enqueue_in_group(queue, body, attributes, wall, delay, None)
+            .0
+    }
+
+    /// [`Sqs::enqueue`], on a FIFO queue with its (group, deduplication
+    /// id): returns its MessageId and, on a FIFO queue, its sequence number.
+    pub fn enqueue_in_group(
+        &mut self,
+        queue: &str,
+        body: String,
+        attributes: BTreeMap<String, Value>,
+        wall: SystemTime,
+        delay: Duration,
+        fifo: Option<(String, String)>,
+    ) -> (String, Option<String>) {
         self.next_seq += 1;
         let id = format!("{queue}-m{:06}", self.next_seq);
+        let sequence = fifo.as_ref().map(|_| fifo::sequence_number(self.next_seq));
+        let (group, dedup_id) = fifo.unzip();
         let q = self.queues.get_mut(queue).expect("queue");
         q.messages.insert(
             self.next_seq,
@@ -204,9 +232,71 @@ impl Sqs {
                 received_at: None,
                 first_received: None,
                 source_arn: None,
+                group,
+                dedup_id,
+                sequence: sequence.clone(),
             },
         );
-        id
+        (id, sequence)
+    }
+
+    /// One send (`SendMessage`, or an entry of `SendMessageBatch`): checked,
+    /// deduplicated on a FIFO queue, enqueued; the answer's fields.
+    fn send(
+        &mut self,
+        name: &str,
+        entry: &Value,
+        wall: SystemTime,
+        history: &mut History,
+    ) -> Result<Value, Reply> {
+        let q = &self.queues[name];
+        let (body, attributes) = Self::check_send(q, entry)?;
+        let Some(state) = &q.fifo else {
+            let delay = entry["DelaySeconds"]
+                .as_u64()
+                .map_or(q.delay, Duration::from_secs);
+            let id = self.enqueue(name, body.clone(), attributes, wall, delay);
+            history.push(Event::Sent {
+                queue: name.to_owned(),
+                message_id: id.clone(),
+                body,
+            });
+            return Ok(json!({"MessageId": id, "MD5OfMessageBody": ""}));
+        };
+        let (group, dedup) = fifo::check_send(state, entry, &body)?;
+        let delay = q.delay;
+        let now = Instant::now();
+        let state = self
+            .queues
+            .get_mut(name)
+            .and_then(|q| q.fifo.as_mut())
+            .expect("fifo");
+        if let Some((id, sequence)) = fifo::deduplicate(state, &dedup, now) {
+            return Ok(
+                json!({"MessageId": id, "MD5OfMessageBody": "", "SequenceNumber": sequence}),
+            );
+        }
+        let (id, sequence) = self.enqueue_in_group(
+            name,
+            body.clone(),
+            attributes,
+            wall,
+            delay,
+            Some((group, dedup.clone())),
+        );
+        let sequence = sequence.expect("a FIFO message has a sequence number");
+        let state = self
+            .queues
+            .get_mut(name)
+            .and_then(|q| q.fifo.as_mut())
+            .expect("fifo");
+        fifo::accept(state, dedup, id.clone(), sequence.clone(), now);
+        history.push(Event::Sent {
+            queue: name.to_owned(),
+            message_id: id.clone(),
+            body,
+        });
+        Ok(json!({"MessageId": id, "MD5OfMessageBody": "", "SequenceNumber": sequence}))
     }
 
     /// Validates one entry of a send (body and attributes) against the
@@ -267,8 +357,10 @@ impl Sqs {
                 ),
             ));
         }
-        if entry.get("MessageGroupId").is_some() {
-            return Err(err("InvalidParameterValue", "FIFO queues are not modelled"));
+        if q.fifo.is_none() && entry.get("MessageGroupId").is_some() {
+            // A group on a standard queue makes it a fair queue
+            // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-key-terms.html>).
+            return Err(err("InvalidParameterValue", "fair queues are not modelled"));
         }
         Ok((body, attributes))
     }
@@ -349,18 +441,10 @@ impl Sqs {
                     Ok(n) => n,
                     Err(e) => return e,
                 };
-                let (body, attributes) = match Self::check_send(&self.queues[&name], req) {
-                    Ok(x) => x,
-                    Err(e) => return e,
-                };
-                let delay = Duration::from_secs(req["DelaySeconds"].as_u64().unwrap_or(0));
-                let id = self.enqueue(&name, body.clone(), attributes, wall, delay);
-                history.push(Event::Sent {
-                    queue: name,
-                    message_id: id.clone(),
-                    body,
-                });
-                Reply::Ok(json!({"MessageId": id, "MD5OfMessageBody": ""}))
+                match self.send(&name, req, wall, history) {
+                    Ok(answer) => Reply::Ok(answer),
+                    Err(e) => e,
+                }
             }
             "SendMessageBatch" => {
                 let name = match self.queue_name(req) {
@@ -374,17 +458,10 @@ impl Sqs {
                 let (mut ok, mut failed) = (Vec::new(), Vec::new());
                 for e in &entries {
                     let id = e["Id"].as_str().unwrap_or_default();
-                    match Self::check_send(&self.queues[&name], e) {
-                        Ok((body, attributes)) => {
-                            let delay =
-                                Duration::from_secs(e["DelaySeconds"].as_u64().unwrap_or(0));
-                            let mid = self.enqueue(&name, body.clone(), attributes, wall, delay);
-                            history.push(Event::Sent {
-                                queue: name.clone(),
-                                message_id: mid.clone(),
-                                body,
-                            });
-                            ok.push(json!({"Id": id, "MessageId": mid, "MD5OfMessageBody": ""}));
+                    match self.send(&name, e, wall, history) {
+                        Ok(mut answer) => {
+                            answer["Id"] = Value::String(id.to_owned());
+                            ok.push(answer);
                         }
                         Err(Reply::Error { kind, message, .. }) => failed.push(json!({
                             "Id": id, "SenderFault": true,
@@ -478,6 +555,12 @@ impl Sqs {
             return err(
                 "InvalidParameterValue",
                 "Source queue must be configured as a Dead Letter Queue.",
+            );
+        }
+        if self.queues[&source].fifo.is_some() {
+            return err(
+                "UnsupportedOperation",
+                "move tasks from a FIFO queue are not modelled",
             );
         }
         let Some(destination) = req["DestinationArn"]
@@ -614,7 +697,14 @@ impl Sqs {
             (q.messages.len() - visible).to_string(),
         );
         put("ApproximateNumberOfMessagesDelayed", "0".into());
-        put("DelaySeconds", "0".into());
+        put("DelaySeconds", q.delay.as_secs().to_string());
+        if let Some(f) = &q.fifo {
+            put("FifoQueue", "true".into());
+            put(
+                "ContentBasedDeduplication",
+                f.content_based_deduplication.to_string(),
+            );
+        }
         put("ReceiveMessageWaitTimeSeconds", "0".into());
         if let Some((dlq, max)) = &q.redrive {
             put(
@@ -690,7 +780,20 @@ impl Sqs {
         let redrive = self.queues[name].redrive.clone();
         let mut out = Vec::new();
         let mut moved = Vec::new();
-        {
+        if self.queues[name].fifo.is_some() {
+            let q = self.queues.get_mut(name).expect("queue");
+            let (take, to_move) = fifo::select(q, now, max, redrive.as_ref().map(|(_, n)| *n));
+            moved = to_move;
+            for seq in take {
+                let m = q.messages.get_mut(&seq).expect("present");
+                self.next_handle += 1;
+                m.receive_count += 1;
+                m.handle = Some(format!("rh-{}-{}", m.id, self.next_handle));
+                m.visible_at = now + visibility;
+                m.received_at = Some(now);
+                out.push(m.clone());
+            }
+        } else {
             let q = self.queues.get_mut(name).expect("queue");
             for (seq, m) in q.messages.iter_mut() {
                 if out.len() == max {
@@ -732,11 +835,33 @@ impl Sqs {
                 m.received_at = None;
                 m.visible_at = now;
                 self.next_seq += 1;
-                self.queues
-                    .get_mut(&dlq)
-                    .expect("dlq")
-                    .messages
-                    .insert(self.next_seq, m);
+                let target = self.queues.get_mut(&dlq).expect("dlq");
+                assert_eq!(
+                    target.fifo.is_some(),
+                    m.group.is_some(),
+                    "a FIFO queue's DLQ is FIFO, a standard queue's standard"
+                );
+                if let Some(state) = target.fifo.as_mut() {
+                    // Its deduplication id becomes its MessageId, and its
+                    // enqueue time restarts (module docs of `fifo`).
+                    m.dedup_id = Some(m.id.clone());
+                    m.sent_at = wall;
+                    m.sequence = Some(fifo::sequence_number(self.next_seq));
+                    if fifo::deduplicate(state, &m.id, now).is_some() {
+                        // A copy of it is already there (idemq sent one,
+                        // deduplicated by this MessageId).
+                        history.push(Event::Deleted {
+                            queue: dlq.clone(),
+                            message_id: m.id.clone(),
+                            body: m.body.clone(),
+                            by: "FIFO deduplication".into(),
+                        });
+                        continue;
+                    }
+                    let seq = m.sequence.clone().expect("sequence");
+                    fifo::accept(state, m.id.clone(), m.id.clone(), seq, now);
+                }
+                target.messages.insert(self.next_seq, m);
             }
         }
         out
@@ -857,6 +982,15 @@ pub fn to_wire(m: &Msg, system: &[String], wanted: &[String]) -> Value {
     }
     if let Some(a) = &m.source_arn {
         put("DeadLetterQueueSourceArn", a.clone());
+    }
+    for (k, v) in [
+        ("MessageGroupId", &m.group),
+        ("MessageDeduplicationId", &m.dedup_id),
+        ("SequenceNumber", &m.sequence),
+    ] {
+        if let Some(v) = v {
+            put(k, v.clone());
+        }
     }
     let every = wanted.iter().any(|w| w == "All" || w == ".*");
     let attrs: serde_json::Map<String, Value> = m
