@@ -15,11 +15,11 @@ use std::time::Instant as WallInstant;
 use sim::run::{Config, Outcome, run};
 
 /// Seeds `make test` runs, split over [`SHARDS`] test threads.
-const DEFAULT_SEEDS: u64 = 128;
+const DEFAULT_SEEDS: u64 = 448;
 const SHARDS: u64 = 4;
 /// Seeds of the FIFO campaign (`SIM_FIFO_SEEDS`), over [`FIFO_SHARDS`]
 /// threads: [`Config::fifo_of_seed`], the same seeds' runs on FIFO queues.
-const DEFAULT_FIFO_SEEDS: u64 = 16;
+const DEFAULT_FIFO_SEEDS: u64 = 64;
 const FIFO_SHARDS: u64 = 2;
 
 fn env_u64(name: &str, default: u64) -> u64 {
