@@ -13,7 +13,7 @@ help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
 	@echo "make test        all tests (starts and stops the local stack)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
-	@echo "make sim         the deterministic simulation, longer (SEEDS=1000 HOURS=24; FIRST=1)"
+	@echo "make sim         the deterministic simulation, longer (SEEDS=1000 FIFO_SEEDS=250 HOURS=24; FIRST=1)"
 	@echo "make lint        cargo fmt --check and clippy -D warnings"
 	@echo "make lint-infra  SAM/Terraform rules, least privilege, cfn-lint, terraform fmt"
 	@echo "make deploy      sam build + sam deploy of infra/sam (DEPLOY_ARGS=... for sam deploy)"
@@ -38,11 +38,13 @@ test-chaos:
 
 # The deterministic simulation (tests/simulation.rs; `make test` runs a
 # smaller campaign). No stack needed. A failing seed prints its replay command.
+# Built with make test's features, so it reuses that build.
 SEEDS ?= 1000
+FIFO_SEEDS ?= 250
 HOURS ?= 24
 FIRST ?= 1
 sim:
-	SIM_SEEDS=$(SEEDS) SIM_HOURS=$(HOURS) SIM_FIRST_SEED=$(FIRST) cargo test --locked --test simulation -- campaign --nocapture
+	SIM_SEEDS=$(SEEDS) SIM_FIFO_SEEDS=$(FIFO_SEEDS) SIM_HOURS=$(HOURS) SIM_FIRST_SEED=$(FIRST) cargo test --locked --features testing --test simulation -- campaign --nocapture
 
 lint-infra:
 	@scripts/infra_test.sh
