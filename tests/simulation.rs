@@ -319,10 +319,15 @@ fn edge_5_dead_letter_context_is_found_for_every_identity() {
         let o = must_pass(&c);
         let native = o.audit.iter().filter(|(_, native, _)| *native).count();
         assert!(native > 5, "seed {seed}: {native} natively dead-lettered");
+        // A letter of a job that is applied needs no context: one whose
+        // invocations crashed after its commit until SQS's redrive moved
+        // it (seed 502: j0174, crashed after the commit on receives 1 and
+        // 2) never failed, so no record says why. Redriven, it is a
+        // duplicate.
         let blind: Vec<&String> = o
             .audit
             .iter()
-            .filter(|(_, _, found)| !found)
+            .filter(|(k, _, found)| !found && !o.items.contains(&format!("count#{k}")))
             .map(|(k, _, _)| k)
             .collect();
         assert!(
@@ -502,4 +507,32 @@ fn native_move_tasks_apply_once() {
         moved += o.native_moved;
     }
     assert!(moved > 0, "no move task moved a letter");
+}
+
+/// Optimistic concurrency under contention (docs/reliability.md,
+/// "Read-modify-write"): every job reads one of two shared counters and
+/// writes it back guarded by the version it read (`Write::optimistic`),
+/// one in four of them with an eventually consistent read; all are sent
+/// within 10 minutes in batches of 10, with the seed's faults. Lost races
+/// (`CommitOutcome::Contended`) are run again in the invocation, and the
+/// checker finds every counter exact: one count and one version per
+/// write, and as many counts as applied jobs.
+#[test]
+fn optimistic_races_count_exactly() {
+    let (mut reruns, mut stale) = (0, 0);
+    for seed in [1301, 1302] {
+        let mut c = Config::of_seed(seed, 6.0);
+        c.mapping.batch_size = 10;
+        c.edges.optimistic_only = true;
+        c.edges.send_window = Some(std::time::Duration::from_secs(600));
+        let o = must_pass(&c);
+        eprintln!(
+            "seed {seed}: {} jobs, {} re-runs after lost races, {} stale reads, {} transaction conflicts",
+            o.verdicts.jobs, o.reruns, o.stale_reads, o.conflicts
+        );
+        reruns += o.reruns;
+        stale += o.stale_reads;
+    }
+    assert!(reruns > 20, "only {reruns} re-runs after lost races");
+    assert!(stale > 0, "no eventually consistent read was stale");
 }

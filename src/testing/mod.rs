@@ -50,6 +50,7 @@ mod connector;
 mod dynamodb;
 mod error;
 mod expr;
+mod expressions;
 mod kit;
 mod number;
 mod sqs;
@@ -61,6 +62,7 @@ use tokio::time::Instant;
 
 pub use dynamodb::{MemoryDynamoDb, TableKey};
 pub use error::ServiceError;
+pub use expressions::Expressions;
 pub use kit::{BatchRun, KitConfig, TestKit};
 pub use sqs::{MemorySqs, QueueSpec, SentAttribute, SentMessage, VisibilityChange};
 pub use view::{WriteView, write_to, writes};
