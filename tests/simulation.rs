@@ -57,7 +57,7 @@ fn campaign(shard: u64) {
     let started = WallInstant::now();
     let (mut runs, mut jobs, mut applied, mut dead, mut pending, mut invocations, mut requests) =
         (0u64, 0usize, 0usize, 0usize, 0usize, 0u64, 0u64);
-    let (mut faults, mut conflicts) = (0u64, 0u64);
+    let (mut faults, mut conflicts, mut reruns, mut stale) = (0u64, 0u64, 0u64, 0u64);
     // The shard's runs in one number: equal for equal runs (a change meant
     // only to make the simulation faster must leave it as it was).
     let mut digest = 0u64;
@@ -75,6 +75,8 @@ fn campaign(shard: u64) {
         let c = o.counts;
         faults += c.lost_before + c.lost_after + c.throttled + c.slow + c.killed + c.crashed;
         conflicts += o.conflicts;
+        reruns += o.reruns;
+        stale += o.stale_reads;
         if !o.verdicts.violations.is_empty() {
             eprintln!(
                 "{} (after {:.1} s of this shard)",
@@ -87,7 +89,7 @@ fn campaign(shard: u64) {
     let took = started.elapsed().as_secs_f64();
     eprintln!(
         "simulation shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
-         {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
+         {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, {reruns} re-runs after lost races, {stale} stale reads, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
         jobs as f64 / took
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");

@@ -96,7 +96,7 @@ pub struct Ddb {
     pub seed: u64,
     /// (table, key) -> (when, the item before) for each write of the last
     /// [`STALE_WINDOW`]: what an eventually consistent read may still see.
-    past: BTreeMap<(String, String), Vec<(Instant, Option<Item>)>>,
+    past: BTreeMap<(String, String), Vec<Past>>,
     /// Eventually consistent reads that returned an older state than the
     /// current one.
     pub stale_reads: u64,
@@ -114,6 +114,9 @@ fn err(code: &str, message: impl Into<String>) -> Reply {
 fn validation(message: impl Into<String>) -> Reply {
     err("ValidationException", message)
 }
+
+/// When an item was written, and what it was before.
+type Past = (Instant, Option<Item>);
 
 /// One write of a transaction, or a single-item write, parsed.
 struct Op<'a> {

@@ -62,7 +62,7 @@ impl Shape {
             70..85 => Shape::FollowUp,
             _ => Shape::Optimistic {
                 counter: (h / 100) % SHARED_COUNTERS,
-                consistent: (h / 1000) % 4 != 0,
+                consistent: !(h / 1000).is_multiple_of(4),
             },
         }
     }
