@@ -23,7 +23,8 @@
 //! names it, so a test cannot pass on a call the kit only pretended to
 //! understand. What it cannot tell you: DynamoDB's reserved words, item
 //! size limits, throttling, TTL deletion; the local-stack and chaos tiers
-//! cover those.
+//! cover those. Its expression engine is public as [`Expressions`], for a
+//! model of DynamoDB of a test's own (the simulation's, `tests/sim/`).
 //!
 //! ```
 //! use aws_sdk_dynamodb::types::AttributeValue;
