@@ -89,7 +89,7 @@ fn run_campaign(
     let started = WallInstant::now();
     let (mut runs, mut jobs, mut applied, mut dead, mut pending, mut invocations, mut requests) =
         (0u64, 0usize, 0usize, 0usize, 0usize, 0u64, 0u64);
-    let (mut faults, mut conflicts) = (0u64, 0u64);
+    let (mut faults, mut conflicts, mut reruns, mut stale) = (0u64, 0u64, 0u64, 0u64);
     // The shard's runs in one number: equal for equal runs (a change meant
     // only to make the simulation faster must leave it as it was).
     let mut digest = 0u64;
@@ -107,6 +107,8 @@ fn run_campaign(
         let c = o.counts;
         faults += c.lost_before + c.lost_after + c.throttled + c.slow + c.killed + c.crashed;
         conflicts += o.conflicts;
+        reruns += o.reruns;
+        stale += o.stale_reads;
         if !o.verdicts.violations.is_empty() {
             eprintln!(
                 "{} (after {:.1} s of this shard)",
@@ -119,7 +121,7 @@ fn run_campaign(
     let took = started.elapsed().as_secs_f64();
     eprintln!(
         "{what} shard {shard}: {runs} seeds x {hours} h: {jobs} jobs ({applied} applied, {dead} dead-lettered, {pending} pending), \
-         {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
+         {invocations} invocations, {requests} requests, {faults} injected faults, {conflicts} transaction conflicts, {reruns} re-runs after lost races, {stale} stale reads, in {took:.1} s ({:.0} jobs/s), digest {digest:016x}",
         jobs as f64 / took
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
@@ -374,10 +376,15 @@ fn edge_5_dead_letter_context_is_found_for_every_identity() {
         let o = must_pass(&c);
         let native = o.audit.iter().filter(|(_, native, _)| *native).count();
         assert!(native > 5, "seed {seed}: {native} natively dead-lettered");
+        // A letter of a job that is applied needs no context: one whose
+        // invocations crashed after its commit until SQS's redrive moved
+        // it (seed 502: j0174, crashed after the commit on receives 1 and
+        // 2) never failed, so no record says why. Redriven, it is a
+        // duplicate.
         let blind: Vec<&String> = o
             .audit
             .iter()
-            .filter(|(_, _, found)| !found)
+            .filter(|(k, _, found)| !found && !o.items.contains(&format!("count#{k}")))
             .map(|(k, _, _)| k)
             .collect();
         assert!(
@@ -610,4 +617,32 @@ fn native_move_tasks_apply_once() {
         moved += o.native_moved;
     }
     assert!(moved > 0, "no move task moved a letter");
+}
+
+/// Optimistic concurrency under contention (docs/reliability.md,
+/// "Read-modify-write"): every job reads one of two shared counters and
+/// writes it back guarded by the version it read (`Write::optimistic`),
+/// one in four of them with an eventually consistent read; all are sent
+/// within 10 minutes in batches of 10, with the seed's faults. Lost races
+/// (`CommitOutcome::Contended`) are run again in the invocation, and the
+/// checker finds every counter exact: one count and one version per
+/// write, and as many counts as applied jobs.
+#[test]
+fn optimistic_races_count_exactly() {
+    let (mut reruns, mut stale) = (0, 0);
+    for seed in [1301, 1302] {
+        let mut c = Config::of_seed(seed, 6.0);
+        c.mapping.batch_size = 10;
+        c.edges.optimistic_only = true;
+        c.edges.send_window = Some(std::time::Duration::from_secs(600));
+        let o = must_pass(&c);
+        eprintln!(
+            "seed {seed}: {} jobs, {} re-runs after lost races, {} stale reads, {} transaction conflicts",
+            o.verdicts.jobs, o.reruns, o.stale_reads, o.conflicts
+        );
+        reruns += o.reruns;
+        stale += o.stale_reads;
+    }
+    assert!(reruns > 20, "only {reruns} re-runs after lost races");
+    assert!(stale > 0, "no eventually consistent read was stale");
 }

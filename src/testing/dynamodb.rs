@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 
 use super::attr::{StoredItem, from_sdk, item_from_wire, item_to_wire};
 use super::error::ServiceError;
-use super::expr::{Condition, Placeholders, Update};
+use super::expressions::Expressions;
 use crate::effect::{Item, Key};
 
 /// "A client request token is valid for 10 minutes after the first request
@@ -128,7 +128,7 @@ impl Table {
 #[derive(Debug)]
 enum Kind {
     Put(StoredItem),
-    Update(Option<Update>),
+    Update,
     Delete,
     ConditionCheck,
 }
@@ -140,7 +140,8 @@ struct WriteOp {
     key: String,
     key_item: StoredItem,
     kind: Kind,
-    condition: Option<Condition>,
+    /// Its condition and update expressions.
+    expressions: Expressions,
     all_old_on_failure: bool,
 }
 
@@ -297,48 +298,14 @@ impl MemoryDynamoDb {
             let k = wire("Key")?;
             (table.key_of(&k, true)?, k, None)
         };
-        let names: BTreeMap<String, String> = match &body["ExpressionAttributeNames"] {
-            Value::Null => BTreeMap::new(),
-            Value::Object(m) => m
-                .iter()
-                .map(|(k, v)| {
-                    v.as_str()
-                        .map(|s| (k.clone(), s.to_owned()))
-                        .ok_or_else(|| {
-                            ServiceError::validation("ExpressionAttributeNames must map to strings")
-                        })
-                })
-                .collect::<Result<_, _>>()?,
-            _ => {
-                return Err(ServiceError::validation(
-                    "ExpressionAttributeNames must be a map",
-                ));
-            }
-        };
-        let values = wire("ExpressionAttributeValues")?;
-        let condition_text = body["ConditionExpression"].as_str();
         let update_text = body["UpdateExpression"].as_str();
-        let any_expression = condition_text.is_some() || update_text.is_some();
-        if !names.is_empty() && !any_expression {
-            return Err(ServiceError::validation(
-                "ExpressionAttributeNames can only be specified when using expressions",
-            ));
-        }
-        if !values.is_empty() && !any_expression {
-            return Err(ServiceError::validation(
-                "ExpressionAttributeValues can only be specified when using expressions",
-            ));
-        }
-        let mut ph = Placeholders::new(&names, &values);
-        let condition = condition_text
-            .map(|c| Condition::parse(c, &mut ph))
-            .transpose()
-            .map_err(ServiceError::validation)?;
+        let expressions =
+            Expressions::parse(body, &table.key.names()).map_err(ServiceError::validation)?;
         let kind = match kind {
             "Put" => Kind::Put(put.unwrap_or_default()),
             "Delete" => Kind::Delete,
             "ConditionCheck" => {
-                if condition.is_none() {
+                if !expressions.has_condition() {
                     return Err(ServiceError::validation(
                         "ConditionExpression is required for a ConditionCheck",
                     ));
@@ -351,13 +318,7 @@ impl MemoryDynamoDb {
                         "UpdateExpression is required for an Update in a transaction",
                     ));
                 }
-                let key_names = table.key.names();
-                Kind::Update(
-                    update_text
-                        .map(|u| Update::parse(u, &mut ph, &key_names))
-                        .transpose()
-                        .map_err(ServiceError::validation)?,
-                )
+                Kind::Update
             }
             other => {
                 return Err(ServiceError::validation(format!(
@@ -365,12 +326,11 @@ impl MemoryDynamoDb {
                 )));
             }
         };
-        if update_text.is_some() && !matches!(kind, Kind::Update(_)) {
+        if update_text.is_some() && !matches!(kind, Kind::Update) {
             return Err(ServiceError::validation(
                 "UpdateExpression is only valid in an update",
             ));
         }
-        ph.check_all_used().map_err(ServiceError::validation)?;
         let all_old_on_failure = match body["ReturnValuesOnConditionCheckFailure"].as_str() {
             None | Some("NONE") => false,
             Some("ALL_OLD") => true,
@@ -385,7 +345,7 @@ impl MemoryDynamoDb {
             key,
             key_item,
             kind,
-            condition,
+            expressions,
             all_old_on_failure,
         })
     }
@@ -398,10 +358,9 @@ impl MemoryDynamoDb {
 
     /// Whether `op`'s condition holds on the stored item.
     fn holds(&self, op: &WriteOp) -> Result<bool, ServiceError> {
-        match &op.condition {
-            None => Ok(true),
-            Some(c) => c.eval(self.stored(op)).map_err(ServiceError::validation),
-        }
+        op.expressions
+            .holds_on(self.stored(op))
+            .map_err(ServiceError::validation)
     }
 
     /// The item after `op`: `Some(None)` deletes, `None` writes nothing.
@@ -411,14 +370,12 @@ impl MemoryDynamoDb {
             Kind::ConditionCheck => None,
             Kind::Delete => Some(None),
             Kind::Put(item) => Some(Some(item.clone())),
-            Kind::Update(update) => {
+            Kind::Update => {
                 let mut item = self
                     .stored(op)
                     .cloned()
                     .unwrap_or_else(|| op.key_item.clone());
-                if let Some(u) = update {
-                    u.apply(&mut item)?;
-                }
+                op.expressions.apply_to(&mut item)?;
                 Some(Some(item))
             }
         })

@@ -23,7 +23,8 @@
 //! names it, so a test cannot pass on a call the kit only pretended to
 //! understand. What it cannot tell you: DynamoDB's reserved words, item
 //! size limits, throttling, TTL deletion; the local-stack and chaos tiers
-//! cover those.
+//! cover those. Its expression engine is public as [`Expressions`], for a
+//! model of DynamoDB of a test's own (the simulation's, `tests/sim/`).
 //!
 //! ```
 //! use aws_sdk_dynamodb::types::AttributeValue;
@@ -50,6 +51,7 @@ mod connector;
 mod dynamodb;
 mod error;
 mod expr;
+mod expressions;
 mod kit;
 mod number;
 mod sqs;
@@ -61,6 +63,7 @@ use tokio::time::Instant;
 
 pub use dynamodb::{MemoryDynamoDb, TableKey};
 pub use error::ServiceError;
+pub use expressions::Expressions;
 pub use kit::{BatchRun, KitConfig, TestKit};
 pub use sqs::{MemorySqs, QueueSpec, SentAttribute, SentMessage, VisibilityChange};
 pub use view::{WriteView, write_to, writes};

@@ -2,12 +2,13 @@
 //! ground truth the simulation wrote into each body (`"k"`), never the id
 //! idemq resolved, so the checker cannot share idemq's mistakes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
 use super::dynamodb::Item;
+use super::shapes::Shape;
 
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -298,4 +299,139 @@ pub fn check(
     }
     v.kinds = kinds;
     v
+}
+
+/// The follow-up's parent (`"parent"` in its body), if it is one.
+fn parent_of(body: &str) -> Option<String> {
+    serde_json::from_str::<Value>(body)
+        .ok()?
+        .get("parent")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// A number attribute of an item.
+fn number(item: &Value, name: &str) -> Option<u64> {
+    item[name]["N"].as_str().and_then(|s| s.parse().ok())
+}
+
+/// The rules of the effects' shapes (tests/sim/shapes.rs), over the same
+/// history; `shape_of` gives each job's shape from its key and kind, `left`
+/// the jobs with a copy still on the source queue or in the DLQ at the end.
+/// - A fused marker (`entry#<k>`, or a `count#<k>` put whole with the
+///   job's hash) is written once, by its job's commit: with the job's id,
+///   hash and key (`"k"`), and for `entry#<k>` right after the counter it
+///   commits with (one transaction); a later write of its key overwrote it.
+/// - A follow-up (a body with `"parent"`) is sent only once its parent is
+///   applied; an applied parent whose shape has one has sent it by the end,
+///   unless a copy of the parent is still on the queue or in the DLQ (its
+///   retry re-sends it). That the follow-up is then applied once is
+///   [`check`]'s rule for every job.
+/// - Each shared counter (`shared#<c>`) moves by one count and one version
+///   per write (every write built on the state it replaced: no lost
+///   update), and ends at the number of applied jobs that add to it.
+pub fn check_shapes(
+    history: &History,
+    shape_of: &dyn Fn(&str, &str) -> Shape,
+    left: &BTreeSet<String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut applied: BTreeMap<String, u64> = BTreeMap::new();
+    let mut kinds: BTreeMap<String, String> = BTreeMap::new();
+    let mut fused: BTreeSet<String> = BTreeSet::new();
+    let mut follow_ups_sent: BTreeSet<String> = BTreeSet::new();
+    let mut shared: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut previous: Option<&str> = None;
+    for e in &history.events {
+        match e {
+            Event::Sent { body, .. } => {
+                let Some(k) = job_of(body) else { continue };
+                kinds.entry(k.clone()).or_insert_with(|| kind_of(body));
+                if let Some(parent) = parent_of(body) {
+                    if applied.get(&parent).copied().unwrap_or(0) == 0 {
+                        out.push(format!(
+                            "{k}: follow-up sent before its parent {parent} was applied"
+                        ));
+                    }
+                    follow_ups_sent.insert(parent);
+                }
+            }
+            Event::Written { key, item } => {
+                if fused.contains(key) {
+                    out.push(format!(
+                        "{key}: a fused marker written again, not by its job's first commit"
+                    ));
+                }
+                let entry = key.strip_prefix("entry#");
+                let whole_counter = key
+                    .strip_prefix("count#")
+                    .filter(|_| !item["payload_hash"].is_null());
+                if let Some(k) = entry.or(whole_counter) {
+                    if item["job_id"]["S"].as_str().is_none()
+                        || item["payload_hash"]["S"].as_str().is_none()
+                        || item["k"]["S"].as_str() != Some(k)
+                    {
+                        out.push(format!(
+                            "{key}: a fused marker written without its job's id, hash or key"
+                        ));
+                    }
+                    if entry.is_some() && previous != Some(format!("count#{k}").as_str()) {
+                        out.push(format!(
+                            "{key}: a fused marker written without the counter it commits with"
+                        ));
+                    }
+                    fused.insert(key.clone());
+                }
+                if let Some(k) = key.strip_prefix("count#") {
+                    applied.insert(k.to_owned(), number(item, "n").unwrap_or(0));
+                }
+                if key.starts_with("shared#") {
+                    let was = shared.get(key).copied().unwrap_or((0, 0));
+                    let now = (
+                        number(item, "n").unwrap_or(0),
+                        number(item, "version").unwrap_or(0),
+                    );
+                    if now != (was.0 + 1, was.1 + 1) {
+                        out.push(format!(
+                            "{key}: written from n {} version {} to n {} version {}: a lost update",
+                            was.0, was.1, now.0, now.1
+                        ));
+                    }
+                    shared.insert(key.clone(), now);
+                }
+            }
+            _ => {}
+        }
+        previous = match e {
+            Event::Written { key, .. } => Some(key.as_str()),
+            _ => None,
+        };
+    }
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for (k, kind) in &kinds {
+        if applied.get(k).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        match shape_of(k, kind) {
+            Shape::FollowUp if !follow_ups_sent.contains(k) && !left.contains(k) => {
+                out.push(format!(
+                    "{k}: applied, but its follow-up {} was never sent",
+                    super::shapes::child_of(k)
+                ));
+            }
+            Shape::Optimistic { counter, .. } => {
+                *expected.entry(format!("shared#{counter}")).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    for c in 0..super::shapes::SHARED_COUNTERS {
+        let key = format!("shared#{c}");
+        let n = shared.get(&key).map_or(0, |s| s.0);
+        let want = expected.get(&key).copied().unwrap_or(0);
+        if n != want {
+            out.push(format!("{key}: n = {n}, but {want} applied jobs add to it"));
+        }
+    }
+    out
 }

@@ -1,11 +1,14 @@
-//! DynamoDB tables as a client observes them (AWS JSON 1.0), with the
-//! expressions idemq and the simulated handler use. An expression outside
-//! that set is refused with a `ValidationException` naming it, so the model
-//! never silently accepts what it does not understand.
+//! DynamoDB tables as a client observes them (AWS JSON 1.0). Condition and
+//! update expressions are evaluated by the test kit's engine
+//! (`idemq::testing::Expressions`, the one `MemoryDynamoDb` uses): an
+//! expression outside its subset is refused with a `ValidationException`
+//! naming it, so the model never silently accepts what it does not
+//! understand.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use idemq::testing::Expressions;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
@@ -39,6 +42,18 @@ pub const TRANSACTION_HOLD: Duration = Duration::from_millis(30);
 /// (again binary length)"
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-items>).
 pub const MAX_ITEM_SIZE: usize = 400 * 1024;
+
+/// How stale an eventually consistent read may be. A `GetItem` or
+/// `BatchGetItem` without `ConsistentRead = true` "may not reflect the
+/// results of a recently completed write operation. If you repeat your
+/// read request after a short time, the response should eventually return
+/// the more recent item"; it still returns only committed values
+/// (read-committed isolation)
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html>).
+/// The page gives no bound; the model returns the item as it was up to
+/// this long before the read (the lag drawn per read from the seed), a
+/// committed state every time.
+pub const STALE_WINDOW: Duration = Duration::from_secs(1);
 
 /// An item's size as DynamoDB counts it: names plus values (strings by
 /// their UTF-8 length, numbers by their digits, which slightly
@@ -77,6 +92,14 @@ pub struct Ddb {
     /// Transactions cancelled by a conflict, and retries refused as in
     /// progress.
     pub conflicts: u64,
+    /// The run's seed: eventually consistent reads draw their lag from it.
+    pub seed: u64,
+    /// (table, key) -> (when, the item before) for each write of the last
+    /// [`STALE_WINDOW`]: what an eventually consistent read may still see.
+    past: BTreeMap<(String, String), Vec<Past>>,
+    /// Eventually consistent reads that returned an older state than the
+    /// current one.
+    pub stale_reads: u64,
 }
 
 fn err(code: &str, message: impl Into<String>) -> Reply {
@@ -92,12 +115,17 @@ fn validation(message: impl Into<String>) -> Reply {
     err("ValidationException", message)
 }
 
+/// When an item was written, and what it was before.
+type Past = (Instant, Option<Item>);
+
 /// One write of a transaction, or a single-item write, parsed.
 struct Op<'a> {
     table: String,
     key: String,
     body: &'a Value,
     kind: &'a str,
+    /// Its condition and update expressions.
+    expr: Expressions,
 }
 
 impl Ddb {
@@ -149,45 +177,15 @@ impl Ddb {
         self.ttl_sweep(wall);
         match op {
             "TransactWriteItems" => self.transact(req, history),
-            "PutItem" => {
-                let table = req["TableName"].as_str().unwrap_or_default().to_owned();
-                let key = match self.key_of(&table, &req["Item"], true) {
-                    Ok(k) => k,
-                    Err(e) => return e,
-                };
-                if let Err(e) = unused_placeholders(req) {
-                    return e;
-                }
-                let w = Op {
-                    table,
-                    key,
-                    body: req,
-                    kind: "Put",
-                };
-                match self.check(&w) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        return err(
-                            "ConditionalCheckFailedException",
-                            "The conditional request failed",
-                        );
-                    }
-                    Err(e) => return e,
-                }
-                if let Err(e) = self.write(&w, history) {
-                    return e;
-                }
-                Reply::Ok(json!({}))
-            }
+            "PutItem" | "UpdateItem" | "DeleteItem" => self.single(op, req, history),
             "GetItem" => {
                 let table = req["TableName"].as_str().unwrap_or_default();
                 let key = match self.key_of(table, &req["Key"], false) {
                     Ok(k) => k,
                     Err(e) => return e,
                 };
-                // Every read here is strongly consistent; idemq asks for
-                // that wherever it decides on what it reads.
-                match self.tables[table_name(table)].items.get(&key) {
+                let consistent = req["ConsistentRead"] == true;
+                match self.read(table, &key, consistent, wall) {
                     Some(item) => Reply::Ok(json!({"Item": item})),
                     None => Reply::Ok(json!({})),
                 }
@@ -195,14 +193,15 @@ impl Ddb {
             "BatchGetItem" => {
                 let mut responses = Map::new();
                 for (table, spec) in req["RequestItems"].as_object().cloned().unwrap_or_default() {
+                    let consistent = spec["ConsistentRead"] == true;
                     let mut found = Vec::new();
                     for k in spec["Keys"].as_array().cloned().unwrap_or_default() {
                         let key = match self.key_of(&table, &k, false) {
                             Ok(k) => k,
                             Err(e) => return e,
                         };
-                        if let Some(item) = self.tables[table_name(&table)].items.get(&key) {
-                            found.push(Value::Object(item.clone()));
+                        if let Some(item) = self.read(&table, &key, consistent, wall) {
+                            found.push(Value::Object(item));
                         }
                     }
                     responses.insert(table, Value::Array(found));
@@ -256,30 +255,22 @@ impl Ddb {
             let Some((kind, body)) = item.as_object().and_then(|o| o.iter().next()) else {
                 return validation("empty TransactWriteItem");
             };
-            let table = body["TableName"].as_str().unwrap_or_default().to_owned();
-            let key_source = if kind == "Put" {
-                &body["Item"]
-            } else {
-                &body["Key"]
-            };
-            let key = match self.key_of(&table, key_source, kind == "Put") {
-                Ok(k) => k,
+            let o = match self.op(kind, body) {
+                Ok(o) => o,
                 Err(e) => return e,
             };
             if let Err(e) = unused_placeholders(body) {
                 return e;
             }
-            if ops.iter().any(|o: &Op| o.table == table && o.key == key) {
+            if ops
+                .iter()
+                .any(|p: &Op| table_name(&p.table) == table_name(&o.table) && p.key == o.key)
+            {
                 return validation(
                     "Transaction request cannot include multiple operations on one item",
                 );
             }
-            ops.push(Op {
-                table,
-                key,
-                body,
-                kind: kind.as_str(),
-            });
+            ops.push(o);
         }
         // Another transaction still in progress on one of these items
         // cancels this one ("TransactionConflict" at that index, "None"
@@ -365,7 +356,7 @@ impl Ddb {
                     );
                     staged.push(s);
                 }
-                Err(Reply::Error { message, .. }) if message == INCORRECT_TYPE => {
+                Err(Reply::Error { message, .. }) if message.starts_with(INCORRECT_TYPE) => {
                     invalid.push(Some(message));
                     staged.push(None);
                 }
@@ -402,29 +393,47 @@ impl Ddb {
         Reply::Ok(json!({}))
     }
 
+    /// Parses one write (`kind`: `Put`, `Update`, `Delete`,
+    /// `ConditionCheck`): its key, as the table's key schema reads it, and
+    /// its expressions.
+    fn op<'a>(&self, kind: &'a str, body: &'a Value) -> Result<Op<'a>, Reply> {
+        let table = body["TableName"].as_str().unwrap_or_default().to_owned();
+        let key_source = if kind == "Put" {
+            &body["Item"]
+        } else {
+            &body["Key"]
+        };
+        let key = self.key_of(&table, key_source, kind == "Put")?;
+        let key_attribute = self.tables[table_name(&table)].key.as_str();
+        let expr = Expressions::parse(body, &[key_attribute]).map_err(validation)?;
+        match kind {
+            "Put" | "Delete" | "Update" | "ConditionCheck" => {}
+            other => return Err(validation(format!("{other} is not modelled"))),
+        }
+        if kind == "Update" && !expr.has_update() {
+            return Err(validation("UpdateExpression is required for an update"));
+        }
+        if kind != "Update" && expr.has_update() {
+            return Err(validation("UpdateExpression is only valid in an update"));
+        }
+        if kind == "ConditionCheck" && !expr.has_condition() {
+            return Err(validation(
+                "ConditionExpression is required for a ConditionCheck",
+            ));
+        }
+        Ok(Op {
+            table,
+            key,
+            body,
+            kind,
+            expr,
+        })
+    }
+
     /// Whether `o`'s condition holds on the stored item.
     fn check(&self, o: &Op<'_>) -> Result<bool, Reply> {
-        let Some(expr) = o.body["ConditionExpression"].as_str() else {
-            return Ok(true);
-        };
         let stored = self.tables[table_name(&o.table)].items.get(&o.key);
-        let names = &o.body["ExpressionAttributeNames"];
-        let mut ok = true;
-        for part in expr.split(" AND ") {
-            let part = part.trim();
-            let (negate, arg) = if let Some(a) = part.strip_prefix("attribute_not_exists(") {
-                (true, a)
-            } else if let Some(a) = part.strip_prefix("attribute_exists(") {
-                (false, a)
-            } else {
-                return Err(validation(format!("condition {part:?} is not modelled")));
-            };
-            let arg = arg.trim_end_matches(')').trim();
-            let name = resolve(arg, names)?;
-            let exists = stored.is_some_and(|i| i.contains_key(&name));
-            ok &= exists != negate;
-        }
-        Ok(ok)
+        o.expr.holds(stored).map_err(validation)
     }
 
     /// The item after `o`, or `None` for a delete (ConditionCheck: as is).
@@ -434,19 +443,98 @@ impl Ddb {
             "ConditionCheck" => Ok(None),
             "Delete" => Ok(Some(None)),
             "Put" => Ok(Some(o.body["Item"].as_object().cloned())),
-            "Update" => {
+            _ => {
                 let mut item = stored
                     .unwrap_or_else(|| o.body["Key"].as_object().cloned().unwrap_or_default());
-                let expr = o.body["UpdateExpression"].as_str().unwrap_or_default();
-                update(
-                    &mut item,
-                    expr,
-                    &o.body["ExpressionAttributeNames"],
-                    &o.body["ExpressionAttributeValues"],
-                )?;
+                o.expr.apply_update(&mut item).map_err(validation)?;
                 Ok(Some(Some(item)))
             }
-            other => Err(validation(format!("{other} is not modelled"))),
+        }
+    }
+
+    /// `PutItem`, `UpdateItem`, `DeleteItem`: the condition checked, then
+    /// the write. A failed condition is a `ConditionalCheckFailedException`
+    /// that carries the stored item when the request asked for it with
+    /// `ReturnValuesOnConditionCheckFailure = ALL_OLD`
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_PutItem.html#DDB-PutItem-request-ReturnValuesOnConditionCheckFailure>,
+    /// the same parameter of `UpdateItem` and `DeleteItem`). `ReturnValues`
+    /// other than `NONE` is not modelled (idemq asks for none).
+    fn single(&mut self, op: &str, req: &Value, history: &mut History) -> Reply {
+        if let Some(rv) = req["ReturnValues"].as_str()
+            && rv != "NONE"
+        {
+            return validation(format!("ReturnValues {rv} is not modelled"));
+        }
+        if let Err(e) = unused_placeholders(req) {
+            return e;
+        }
+        let kind = op.trim_end_matches("Item");
+        let o = match self.op(kind, req) {
+            Ok(o) => o,
+            Err(e) => return e,
+        };
+        match self.check(&o) {
+            Ok(true) => {}
+            Ok(false) => {
+                let old = self.tables[table_name(&o.table)].items.get(&o.key);
+                let extra = match old {
+                    Some(old) if req["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD" => {
+                        json!({"Item": old})
+                    }
+                    _ => json!({}),
+                };
+                return Reply::Error {
+                    status: 400,
+                    kind: "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException".into(),
+                    message: "The conditional request failed".into(),
+                    extra,
+                };
+            }
+            Err(e) => return e,
+        }
+        if let Err(e) = self.write(&o, history) {
+            return e;
+        }
+        Reply::Ok(json!({}))
+    }
+
+    /// The item at `key`: the current one, or for an eventually consistent
+    /// read the one of up to [`STALE_WINDOW`] ago (the lag a function of
+    /// the seed, the key and the instant).
+    fn read(&mut self, table: &str, key: &str, consistent: bool, wall: SystemTime) -> Option<Item> {
+        let name = table_name(table).to_owned();
+        let current = self.tables[&name].items.get(key).cloned();
+        if consistent {
+            return current;
+        }
+        let nanos = wall
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_le_bytes();
+        let draw = super::faults::hash(&[
+            &self.seed.to_le_bytes(),
+            b"stale",
+            name.as_bytes(),
+            key.as_bytes(),
+            &nanos,
+        ]);
+        let lag = STALE_WINDOW.mul_f64((draw % 1_000_000) as f64 / 1_000_000.0);
+        let as_of = Instant::now().checked_sub(lag).unwrap_or_else(Instant::now);
+        // The state before the first write after `as_of`, if any.
+        let then = self
+            .past
+            .get(&(name, key.to_owned()))
+            .and_then(|writes| writes.iter().find(|(at, _)| *at > as_of))
+            .map(|(_, before)| before.clone());
+        match then {
+            Some(before) => {
+                if before != current {
+                    self.stale_reads += 1;
+                }
+                before
+            }
+            None => current,
         }
     }
 
@@ -467,13 +555,21 @@ impl Ddb {
             self.ttl_due.insert((due, name.to_owned(), o.key.clone()));
         }
         let items = &mut table.items;
+        let now = Instant::now();
+        let writes = self
+            .past
+            .entry((name.to_owned(), o.key.clone()))
+            .or_default();
+        writes.retain(|(at, _)| now.duration_since(*at) < STALE_WINDOW);
+        writes.push((now, items.get(&o.key).cloned()));
         match state {
             Some(item) => {
-                // Keys in order: the item's wire form must not depend on a
-                // hash map's order in the client.
-                let mut keys: Vec<(String, Value)> = item.into_iter().collect();
-                keys.sort_by(|a, b| a.0.cmp(&b.0));
-                let item: Item = keys.into_iter().collect();
+                // Keys in order, nested maps' too (a marker's follow-ups):
+                // the item's wire form must not depend on a hash map's
+                // order in the client.
+                let Value::Object(item) = sorted(Value::Object(item)) else {
+                    unreachable!("an object stays an object")
+                };
                 history.push(Event::Written {
                     key: o.key.clone(),
                     item: Value::Object(item.clone()),
@@ -498,6 +594,12 @@ impl Ddb {
             return;
         }
         self.last_ttl_sweep = Some(wall);
+        let now = Instant::now();
+        self.past.retain(|_, writes| {
+            writes
+                .last()
+                .is_some_and(|(at, _)| now.duration_since(*at) < STALE_WINDOW)
+        });
         let now = wall
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -551,6 +653,10 @@ pub fn table_name(table: &str) -> &str {
     table.rsplit_once(":table/").map_or(table, |(_, n)| n)
 }
 
+/// The start of DynamoDB's message for an update operand of the wrong type
+/// (the test kit's expression engine says which operator and types after it).
+const INCORRECT_TYPE: &str = "An operand in the update expression has an incorrect data type";
+
 /// Refuses a request whose `ExpressionAttributeNames` or
 /// `ExpressionAttributeValues` define a placeholder no expression uses, as
 /// DynamoDB does ("Value provided in ExpressionAttributeNames unused in
@@ -589,71 +695,16 @@ fn unused_placeholders(body: &Value) -> Result<(), Reply> {
     Ok(())
 }
 
-fn resolve(token: &str, names: &Value) -> Result<String, Reply> {
-    if token.starts_with('#') {
-        names[token]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| validation(format!("undefined attribute name {token}")))
-    } else {
-        Ok(token.to_owned())
-    }
-}
-
-const INCORRECT_TYPE: &str = "An operand in the update expression has an incorrect data type";
-
-/// `SET a = :v, …` and `ADD a :n, …` clauses, in either order.
-fn update(item: &mut Item, expr: &str, names: &Value, values: &Value) -> Result<(), Reply> {
-    let mut rest = expr.trim();
-    while !rest.is_empty() {
-        let (verb, after) = rest.split_once(' ').unwrap_or((rest, ""));
-        let end = ["SET ", "ADD ", "REMOVE ", "DELETE "]
-            .iter()
-            .filter_map(|k| after.find(k))
-            .min()
-            .unwrap_or(after.len());
-        let (clause, next) = after.split_at(end);
-        rest = next.trim();
-        for action in clause.split(',') {
-            let action = action.trim();
-            let value = |t: &str| {
-                values
-                    .get(t.trim())
-                    .cloned()
-                    .ok_or_else(|| validation(format!("undefined value {t}")))
-            };
-            match verb {
-                "SET" => {
-                    let (n, v) = action.split_once('=').ok_or_else(|| {
-                        validation(format!("SET action {action:?} is not modelled"))
-                    })?;
-                    let v = v.trim();
-                    if !v.starts_with(':') {
-                        return Err(validation(format!("SET value {v:?} is not modelled")));
-                    }
-                    item.insert(resolve(n.trim(), names)?, value(v)?);
-                }
-                "ADD" => {
-                    let (n, v) = action.split_once(' ').ok_or_else(|| {
-                        validation(format!("ADD action {action:?} is not modelled"))
-                    })?;
-                    let add = value(v)?;
-                    let Some(add) = add["N"].as_str().and_then(|s| s.parse::<i64>().ok()) else {
-                        return Err(validation("ADD of a non-number is not modelled"));
-                    };
-                    let name = resolve(n.trim(), names)?;
-                    let old = match item.get(&name) {
-                        None => 0,
-                        Some(v) => v["N"]
-                            .as_str()
-                            .and_then(|s| s.parse::<i64>().ok())
-                            .ok_or_else(|| validation(INCORRECT_TYPE))?,
-                    };
-                    item.insert(name, json!({"N": (old + add).to_string()}));
-                }
-                other => return Err(validation(format!("update verb {other} is not modelled"))),
-            }
+/// `v` with every object's keys in order, at any depth.
+fn sorted(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<(String, Value)> =
+                m.into_iter().map(|(k, v)| (k, sorted(v))).collect();
+            keys.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(keys.into_iter().collect())
         }
+        Value::Array(a) => Value::Array(a.into_iter().map(sorted).collect()),
+        other => other,
     }
-    Ok(())
 }

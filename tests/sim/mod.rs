@@ -8,6 +8,7 @@
 //! - [`lambda`]: the event source mapping and the function's host;
 //! - [`faults`]: every fault, drawn from the seed;
 //! - [`check`]: the history and the checker over it;
+//! - [`shapes`]: the shapes of the handler's effects (idemq's commit paths);
 //! - [`run`]: one run of a seed, from set-up to verdict.
 
 #![allow(dead_code)]
@@ -19,6 +20,7 @@ pub mod fifo;
 pub mod lambda;
 pub mod net;
 pub mod run;
+pub mod shapes;
 pub mod sqs;
 
 use std::sync::Arc;

@@ -121,6 +121,12 @@ pub struct Edges {
     /// 800 ms, drawn per attempt): copies received together then commit
     /// together, and their transactions conflict.
     pub handler_time: Option<Duration>,
+    /// Every job but follow-ups is an optimistic read-modify-write of a
+    /// shared counter (tests/sim/shapes.rs), so their commits race.
+    pub optimistic_only: bool,
+    /// Jobs are sent within this window from the start (default: the
+    /// first three quarters of the run).
+    pub send_window: Option<Duration>,
 }
 
 impl Config {
@@ -226,6 +232,11 @@ pub struct Outcome {
     /// With `edges.fifo_audit`: what the FIFO DLQ held and what idemq's
     /// readers made of it.
     pub fifo_audit: Option<FifoAudit>,
+    /// Handler runs beyond the first in one delivery: idemq running the
+    /// job again after a lost optimistic race (`Contended`).
+    pub reruns: u64,
+    /// Eventually consistent reads that returned an older item.
+    pub stale_reads: u64,
 }
 
 /// A FIFO DLQ read back by idemq (edge 6).
@@ -241,6 +252,14 @@ pub struct FifoAudit {
     pub unseen: u64,
     /// A dry-run redrive's report: would move, skipped, unseen.
     pub redrive: (usize, usize, u64),
+}
+
+/// Handler runs per delivery (message id, receive count), to count the
+/// re-runs after lost races.
+#[derive(Debug, Default)]
+struct Runs {
+    per_delivery: BTreeMap<(String, u32), u32>,
+    reruns: u64,
 }
 
 #[derive(serde::Deserialize)]
@@ -321,6 +340,7 @@ async fn simulate(config: Config) -> Outcome {
             "pk"
         };
         w.ddb.add_table(TABLE, key, Some("expires_at"));
+        w.ddb.seed = config.seed;
     }
     let net = Net {
         world: Arc::clone(&world),
@@ -346,9 +366,19 @@ async fn simulate(config: Config) -> Outcome {
     let ttl = idemq::config::DEFAULT_MARKER_TTL;
     let dead_letters = DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), ttl);
     let handler_world = Arc::clone(&world);
+    let runs: Arc<Mutex<Runs>> = Arc::default();
+    let handler_runs = Arc::clone(&runs);
+    let handler_ddb = ddb.clone();
+    let seed = config.seed;
+    let optimistic_only = config.edges.optimistic_only;
     let handler = handler_fn(move |job: SimJob, meta: JobMeta| {
         let world = Arc::clone(&handler_world);
-        async move { handle(&world, job, meta).await }
+        let runs = Arc::clone(&handler_runs);
+        let ddb = handler_ddb.clone();
+        async move {
+            let shape = super::shapes::Shape::of(seed, &job.k, &job.kind, optimistic_only);
+            handle(&world, (shape, &ddb, &runs), job, meta).await
+        }
     });
     let processor = Processor::new(
         handler,
@@ -436,13 +466,24 @@ async fn simulate(config: Config) -> Outcome {
             )
         })
         .collect();
-    let verdicts = check::check(
+    let mut verdicts = check::check(
         &w.history,
         config.source(),
         config.dlq(),
         &dlq_final,
         &w.ddb.tables[TABLE].items,
     );
+    let left: std::collections::BTreeSet<String> = [SOURCE, DLQ]
+        .iter()
+        .flat_map(|q| w.sqs.queues[*q].messages.values())
+        .filter_map(|m| check::job_of(&m.body))
+        .collect();
+    let optimistic_only = config.edges.optimistic_only;
+    let shape_of =
+        |k: &str, kind: &str| super::shapes::Shape::of(config.seed, k, kind, optimistic_only);
+    verdicts
+        .violations
+        .extend(check::check_shapes(&w.history, &shape_of, &left));
     let (redrives, redrives_overran, redrive_failed, native_moved) =
         *operator_counts.lock().expect("counts");
     let mut dlq_moves: BTreeMap<String, u32> = BTreeMap::new();
@@ -476,6 +517,8 @@ async fn simulate(config: Config) -> Outcome {
         items: w.ddb.tables[TABLE].items.keys().cloned().collect(),
         audit,
         fifo_audit,
+        reruns: runs.lock().expect("runs").reruns,
+        stale_reads: w.ddb.stale_reads,
     }
 }
 
@@ -561,14 +604,36 @@ async fn audit_dlq(
 /// The simulated handler: poison jobs fail permanently; "later" jobs ask
 /// for a retry in 1 to 12 hours on their first three attempts; the rest fail, panic or
 /// hang as the seed says, else add 1 to their own counter (`count#<k>`),
-/// which is how the checker sees every application.
-async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result<Effect, JobError> {
+/// which is how the checker sees every application, in the job's shape
+/// (tests/sim/shapes.rs: marker separate or fused, one PutItem, a
+/// follow-up job, an optimistic read-modify-write).
+async fn handle(
+    world: &Arc<Mutex<World>>,
+    (shape, ddb, runs): (
+        super::shapes::Shape,
+        &aws_sdk_dynamodb::Client,
+        &Mutex<Runs>,
+    ),
+    job: SimJob,
+    meta: JobMeta,
+) -> Result<Effect, JobError> {
     *world
         .lock()
         .expect("world")
         .attempts
         .entry(job.k.clone())
         .or_default() += 1;
+    {
+        let mut r = runs.lock().expect("runs");
+        let n = r
+            .per_delivery
+            .entry((meta.message_id.clone(), meta.attempt))
+            .or_default();
+        *n += 1;
+        if *n > 1 {
+            r.reruns += 1;
+        }
+    }
     match job.kind.as_str() {
         "poison" => return Err(JobError::permanent("sim: poison job")),
         // U+0001 and U+FFFE: outside the characters SQS takes in an
@@ -602,16 +667,11 @@ async fn handle(world: &Arc<Mutex<World>>, job: SimJob, meta: JobMeta) -> Result
         }
         Attempt::Ok(took) => {
             let took = world.lock().expect("world").handler_time.unwrap_or(took);
+            // An optimistic job reads first: its work (`took`) is the window
+            // in which another job may move the counter it read.
+            let effect = super::shapes::effect(shape, &job.k, job.n, &meta, ddb).await?;
             tokio::time::sleep(took).await;
-            Ok(Effect::new().with(
-                Write::update(
-                    TABLE,
-                    Key::string("pk", format!("count#{}", job.k)),
-                    "ADD #n :one",
-                )
-                .name("#n", "n")
-                .value(":one", AttributeValue::N("1".into())),
-            ))
+            Ok(effect)
         }
     }
 }
@@ -663,7 +723,10 @@ struct Send {
 }
 
 fn schedule(config: &Config, rng: &mut StdRng) -> Vec<Send> {
-    let window = config.hours * 3600.0 * 0.75;
+    let window = config
+        .edges
+        .send_window
+        .map_or(config.hours * 3600.0 * 0.75, |w| w.as_secs_f64());
     let mut sends = Vec::new();
     for i in 0..config.jobs {
         let k = format!("j{i:04}");
