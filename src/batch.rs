@@ -456,13 +456,33 @@ impl<H: Handler> Processor<H> {
         if matches!(verdict, Verdict::DeadLetter { .. }) {
             // Side by side: the record never delays the send that decides
             // whether the message may be acknowledged.
-            let (verdict, ()) = tokio::join!(
+            let (verdict, _) = tokio::join!(
                 self.dead_letter(queue, msg, &record, verdict, budget),
                 self.record(&record, budget),
             );
             return verdict;
         }
-        self.record(&record, budget).await;
+        let recorded = self.record(&record, budget).await;
+        // On its last allowed receive a retried message is moved to the DLQ
+        // by SQS's redrive as it is, with no `idemq-error` attribute
+        // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html>):
+        // its failure record is then the only context `idemq dlq` can show.
+        // When that record could not be written (DynamoDB throttled or
+        // down, often the very outage the job failed on), idemq dead-letters
+        // the message itself now, its context in the letter's attributes;
+        // if that send fails too, SQS's redrive still moves it.
+        let last_receive = queue
+            .max_receive_count
+            .is_some_and(|max| msg.receive_count >= max);
+        if !recorded
+            && last_receive
+            && let Verdict::Retry { failure, .. } = &verdict
+        {
+            let failure = failure.clone();
+            return self
+                .dead_letter(queue, msg, &record, Verdict::DeadLetter { failure }, budget)
+                .await;
+        }
         verdict
     }
 
@@ -507,13 +527,20 @@ impl<H: Handler> Processor<H> {
 
     /// Writes the failure record if the budget leaves time for it: it is
     /// context for `idemq dlq`, not something the batch's outcome needs.
-    async fn record(&self, record: &FailureRecord, budget: &Budget) {
+    /// Whether it was written.
+    async fn record(&self, record: &FailureRecord, budget: &Budget) -> bool {
         match bounded(budget.optional_by, self.dead_letters.record(record)).await {
-            Some(Ok(())) => {}
-            Some(Err(e)) => tracing::error!("could not write the failure record: {e}"),
-            None => tracing::warn!(
-                "failure record dropped: not written before the deadline's cut-off for optional work"
-            ),
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                tracing::error!("could not write the failure record: {e}");
+                false
+            }
+            None => {
+                tracing::warn!(
+                    "failure record dropped: not written before the deadline's cut-off for optional work"
+                );
+                false
+            }
         }
     }
 

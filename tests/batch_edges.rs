@@ -165,6 +165,11 @@ fn queue_info(retention: Duration) -> QueueInfo {
 /// A message as SQS's ReceiveMessage returns it: job id attribute, receive
 /// count 1, sent `age` ago.
 fn message(n: usize, body: &Value, age: Duration) -> Message {
+    message_received(n, body, age, 1)
+}
+
+/// [`message`] on its `receive_count`th receive.
+fn message_received(n: usize, body: &Value, age: Duration, receive_count: u32) -> Message {
     let sent_ms = (SystemTime::now() - age)
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -181,7 +186,10 @@ fn message(n: usize, body: &Value, age: Duration) -> Message {
                 .build()
                 .unwrap(),
         )
-        .attributes(MessageSystemAttributeName::ApproximateReceiveCount, "1")
+        .attributes(
+            MessageSystemAttributeName::ApproximateReceiveCount,
+            receive_count.to_string(),
+        )
         .attributes(
             MessageSystemAttributeName::SentTimestamp,
             sent_ms.to_string(),
@@ -482,4 +490,67 @@ async fn a_retry_that_would_outlive_retention_is_dead_lettered_now() {
         })
         .count();
     assert_eq!(outlived, 2);
+}
+
+/// On its last allowed receive (`maxReceiveCount` 6 here) a failed job is
+/// left to SQS's redrive, which moves it as it is: its failure record is
+/// the context `idemq dlq` shows. When that record cannot be written
+/// (DynamoDB far slower than the deadline, as in a throttling burst), idemq
+/// dead-letters the message itself with its context in the letter; a job
+/// with receives left, or whose record was written, stays with SQS.
+/// (Found by the simulation: seed 74's job lost both receives and both
+/// records to a throttling burst and reached the DLQ with no context.)
+#[tokio::test(start_paused = true)]
+async fn a_last_receive_whose_record_is_not_written_is_dead_lettered_with_its_context() {
+    let transient = |n: usize, receive_count| {
+        message_received(
+            n,
+            &json!({"n": n, "kind": "transient"}),
+            Duration::from_secs(60),
+            receive_count,
+        )
+    };
+    let deadline = || Instant::now() + Duration::from_secs(10);
+
+    // Failure records take a minute: none is written before the deadline.
+    let slow_records = Fake::new(|op, _| {
+        if op == "PutItem" {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_millis(5)
+        }
+    });
+    let p = processor(&slow_records, BatchConfig::default());
+    let messages = [transient(0, 6), transient(1, 5)];
+    let report = p.process(&queue_info(4 * DAY), &messages, deadline()).await;
+    assert_eq!(
+        report.failed,
+        ["m01"],
+        "the one with receives left is retried"
+    );
+    assert_eq!(
+        report.done,
+        ["rh-00"],
+        "the last receive is dead-lettered by idemq"
+    );
+    assert_eq!(report.metrics.dead_lettered, 1);
+    let sends = slow_records.calls("SendMessage");
+    assert_eq!(sends.len(), 1, "{sends:?}");
+    assert_eq!(sent_n(&sends[0]), 0);
+    assert_eq!(sends[0].request["QueueUrl"], DLQ_URL);
+    let error = sends[0].request["MessageAttributes"]["idemq-error"]["StringValue"]
+        .as_str()
+        .expect("idemq-error");
+    assert!(error.contains("downstream unavailable"), "{error:?}");
+
+    // Records written: the last receive stays on the queue for SQS's
+    // redrive, whose letter the record explains.
+    let fast = Fake::new(|_, _| Duration::from_millis(5));
+    let p = processor(&fast, BatchConfig::default());
+    let messages = [transient(0, 6)];
+    let report = p.process(&queue_info(4 * DAY), &messages, deadline()).await;
+    assert_eq!(report.failed, ["m00"]);
+    assert!(report.done.is_empty());
+    assert!(fast.calls("SendMessage").is_empty());
+    assert_eq!(fast.calls("PutItem").len(), 1, "its failure record");
 }
