@@ -11,8 +11,13 @@
 set -euo pipefail
 bin="$1"; top="${2:-30}"; pattern="${3:-.}"
 nm -S --size-sort -C "$bin" | grep -E -- "$pattern" | awk '
+  function hex(s,   n, i) {
+    n = 0; s = tolower(s)
+    for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+    return n
+  }
   NF >= 4 {
-    size = strtonum("0x" $2)
+    size = hex($2)
     name = $4; for (i = 5; i <= NF; i++) name = name " " $i
     sub(/^<+/, "", name)
     sub(/^(dyn |&mut |&|\*const |\*mut )/, "", name)
