@@ -87,9 +87,7 @@ impl Jitter {
     /// A generator seeded from the OS (through the random keys std gives
     /// each thread's `HashMap`s).
     pub fn from_os() -> Self {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u64(0x6964_656d_71);
-        Self::seeded(hasher.finish())
+        Self::seeded(RandomState::new().build_hasher().finish())
     }
 
     fn next(&mut self) -> u64 {
