@@ -45,8 +45,8 @@ use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
 use crate::commit::{Committer, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
-use crate::effect::Effect;
 use crate::followup::FollowUpSender;
+use crate::effect::Effect;
 use crate::handler::{Handler, JobError, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
@@ -229,7 +229,7 @@ impl<H: Handler> DynHandler for H {
 }
 
 /// The batch code of a [`Processor`], the same for every handler type.
-pub(crate) struct Core {
+struct Core {
     handler: Box<dyn DynHandler>,
     committer: Committer,
     dead_letters: DeadLetters,
@@ -282,21 +282,10 @@ impl<H: Handler> Processor<H> {
     pub fn config(&self) -> &BatchConfig {
         &self.core.config
     }
-
-    /// Its body, for host code that is not generic either.
-    pub(crate) fn core(&self) -> &Core {
-        &self.core
-    }
 }
 
 impl Core {
-    /// The batch settings this processor runs with.
-    pub(crate) fn config(&self) -> &BatchConfig {
-        &self.config
-    }
-
-    /// See [`Processor::process`].
-    pub(crate) async fn process(
+    async fn process(
         &self,
         queue: &QueueInfo,
         messages: &[Message],

@@ -159,19 +159,14 @@ mod tests {
         let first: Vec<u64> = (0..3).map(|_| g.next()).collect();
         assert_eq!(
             first,
-            [
-                6_457_827_717_110_365_317,
-                3_203_168_211_198_807_973,
-                9_817_491_932_198_370_423
-            ]
+            [6_457_827_717_110_365_317, 3_203_168_211_198_807_973, 9_817_491_932_198_370_423]
         );
     }
 
     #[test]
     fn jitter_is_spread_and_threads_differ() {
         let mut g = Jitter::from_os();
-        let draws: std::collections::HashSet<u64> =
-            (0..1000).map(|_| g.random_range(0..=1_000_000)).collect();
+        let draws: std::collections::HashSet<u64> = (0..1000).map(|_| g.random_range(0..=1_000_000)).collect();
         assert!(draws.len() > 990, "{} distinct of 1000", draws.len());
         let here = random_u128();
         let there = std::thread::spawn(random_u128).join().unwrap();

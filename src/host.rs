@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::batch::{Core, Processor};
+use crate::batch::Processor;
 use crate::commit::Committer;
 use crate::config::{BatchConfig, IdempotencyConfig, TableLayout};
 use crate::dead_letter::DeadLetters;
@@ -87,32 +87,7 @@ impl<H: Handler> Host<H> {
     /// Finds a queue's DLQ and maxReceiveCount, and says so when the marker
     /// TTL would not outlive the job's copies.
     pub async fn discover(&self, queue_url: &str) -> Result<QueueInfo, HostError> {
-        self.erased().discover(queue_url).await
-    }
-
-    /// The host without its handler type, for host code compiled once per
-    /// binary rather than once per handler type.
-    pub(crate) fn erased(&self) -> ErasedHost<'_> {
-        ErasedHost {
-            sqs: &self.sqs,
-            processor: self.processor.core(),
-            marker_ttl: self.marker_ttl,
-        }
-    }
-}
-
-/// A [`Host`] seen without its handler type.
-#[derive(Clone, Copy)]
-pub(crate) struct ErasedHost<'a> {
-    pub(crate) sqs: &'a aws_sdk_sqs::Client,
-    pub(crate) processor: &'a Core,
-    marker_ttl: Duration,
-}
-
-impl ErasedHost<'_> {
-    /// See [`Host::discover`].
-    pub(crate) async fn discover(&self, queue_url: &str) -> Result<QueueInfo, HostError> {
-        let info = QueueInfo::discover(self.sqs, queue_url).await?;
+        let info = QueueInfo::discover(&self.sqs, queue_url).await?;
         if info.dlq_url.is_none() {
             tracing::warn!(
                 queue = info.name,
@@ -137,7 +112,7 @@ impl ErasedHost<'_> {
             }
         }
         if let Some(dlq) = &info.dlq_url {
-            let dlq_retention = crate::queue::retention(self.sqs, dlq).await?;
+            let dlq_retention = crate::queue::retention(&self.sqs, dlq).await?;
             if let Err(e) =
                 crate::config::check_marker_ttl(self.marker_ttl, info.retention, dlq_retention)
             {

@@ -31,7 +31,7 @@ use tokio::sync::Mutex;
 use crate::batch::Message;
 use crate::config::BatchConfig;
 use crate::handler::Handler;
-use crate::host::{ErasedHost, Host, HostError};
+use crate::host::{Host, HostError};
 use crate::queue::{QueueInfo, url_of_arn};
 
 /// Lambda's longest `MaximumBatchingWindowInSeconds` for SQS.
@@ -42,34 +42,7 @@ const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
 /// [`crate::run`] for the logging defaults.
 pub async fn run<H: Handler>(handler: H) -> Result<(), HostError> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let service = BatchService::new(handler, &sdk).await?;
-    // The runtime's loop is generic over its service: given one type for
-    // every handler, it is compiled once per binary.
-    let erased = ErasedService(Arc::new(move |event| {
-        let inner = Arc::clone(&service.inner);
-        Box::pin(async move { handle(inner.host.erased(), &inner.queues, event).await })
-    }));
-    lambda_runtime::run(erased).await
-}
-
-type BatchFuture = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, HostError>> + Send>>;
-
-/// A [`BatchService`] whose handler type is erased (see [`run`]).
-#[derive(Clone)]
-struct ErasedService(Arc<dyn Fn(LambdaEvent<SqsEvent>) -> BatchFuture + Send + Sync>);
-
-impl Service<LambdaEvent<SqsEvent>> for ErasedService {
-    type Response = SqsBatchResponse;
-    type Error = HostError;
-    type Future = BatchFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), HostError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> BatchFuture {
-        (self.0)(event)
-    }
+    lambda_runtime::run(BatchService::new(handler, &sdk).await?).await
 }
 
 /// The SQS batch handler of a Lambda function as a
@@ -157,12 +130,12 @@ impl<H: Handler> Service<LambdaEvent<SqsEvent>> for BatchService<H> {
 
     fn call(&mut self, event: LambdaEvent<SqsEvent>) -> Self::Future {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { handle(inner.host.erased(), &inner.queues, event).await })
+        Box::pin(async move { handle(&inner.host, &inner.queues, event).await })
     }
 }
 
-async fn handle(
-    host: ErasedHost<'_>,
+async fn handle<H: Handler>(
+    host: &Host<H>,
     queues: &Mutex<HashMap<String, Arc<QueueInfo>>>,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, HostError> {
@@ -199,8 +172,8 @@ async fn handle(
     Ok(response)
 }
 
-async fn queue_info(
-    host: ErasedHost<'_>,
+async fn queue_info<H: Handler>(
+    host: &Host<H>,
     queues: &Mutex<HashMap<String, Arc<QueueInfo>>>,
     arn: &str,
 ) -> Result<Arc<QueueInfo>, HostError> {
@@ -208,7 +181,7 @@ async fn queue_info(
     if let Some(q) = cache.get(arn) {
         return Ok(Arc::clone(q));
     }
-    let url = url_of_arn(host.sqs, arn).await?;
+    let url = url_of_arn(&host.sqs, arn).await?;
     let info = Arc::new(host.discover(&url).await?);
     cache.insert(arn.to_owned(), Arc::clone(&info));
     Ok(info)
