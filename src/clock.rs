@@ -11,7 +11,7 @@
 //! (`tests/simulation.rs`). The override is per thread: other threads, and
 //! every production process, keep the real ones.
 //!
-//! The generator is [`Jitter`], a SplitMix64: jitter needs spread, not
+//! The generator is `Jitter`, a SplitMix64: jitter needs spread, not
 //! secrecy, and a few lines of arithmetic are all a Lambda bootstrap then
 //! carries (no ChaCha, no thread-local reseeding).
 
@@ -74,19 +74,19 @@ pub fn real() {
 /// splittable pseudorandom number generators", OOPSLA 2014), the same
 /// sequence for the same seed. Not for secrets.
 #[derive(Debug, Clone)]
-pub struct Jitter {
+pub(crate) struct Jitter {
     state: u64,
 }
 
 impl Jitter {
     /// A generator whose sequence is a function of `seed`.
-    pub fn seeded(seed: u64) -> Self {
+    pub(crate) fn seeded(seed: u64) -> Self {
         Self { state: seed }
     }
 
     /// A generator seeded from the OS (through the random keys std gives
     /// each thread's `HashMap`s).
-    pub fn from_os() -> Self {
+    pub(crate) fn from_os() -> Self {
         Self::seeded(RandomState::new().build_hasher().finish())
     }
 
@@ -159,14 +159,19 @@ mod tests {
         let first: Vec<u64> = (0..3).map(|_| g.next()).collect();
         assert_eq!(
             first,
-            [6_457_827_717_110_365_317, 3_203_168_211_198_807_973, 9_817_491_932_198_370_423]
+            [
+                6_457_827_717_110_365_317,
+                3_203_168_211_198_807_973,
+                9_817_491_932_198_370_423
+            ]
         );
     }
 
     #[test]
     fn jitter_is_spread_and_threads_differ() {
         let mut g = Jitter::from_os();
-        let draws: std::collections::HashSet<u64> = (0..1000).map(|_| g.random_range(0..=1_000_000)).collect();
+        let draws: std::collections::HashSet<u64> =
+            (0..1000).map(|_| g.random_range(0..=1_000_000)).collect();
         assert!(draws.len() > 990, "{} distinct of 1000", draws.len());
         let here = random_u128();
         let there = std::thread::spawn(random_u128).join().unwrap();
