@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick
+.PHONY: help demo test test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick bench-size
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench-peers   idemq vs a plain consumer vs Powertools: requests, throughput, latency, cold start, cost (~7 min; writes BENCHMARKS.md)"
 	@echo "make bench-quick   the same on a small grid (~1 min; bench/out/ only)"
 	@echo "make bench         the peer benchmark and the three above"
+	@echo "make bench-size    stripped release size: the ledger with idemq (lambda) vs a plain consumer (~20 min cold; writes BENCHMARKS.md)"
 
 demo:
 	@scripts/demo.sh
@@ -91,3 +92,6 @@ bench-quick:
 	@scripts/bench.sh --quick
 
 bench: bench-peers bench-worker bench-producer bench-redrive
+
+bench-size:
+	bench/size.sh --write

@@ -23,10 +23,12 @@
 //! work (failure records) stops before required work (DLQ sends), and the
 //! response is always ready before the deadline.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,8 +45,9 @@ use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
 use crate::commit::{Committer, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
+use crate::effect::Effect;
 use crate::followup::FollowUpSender;
-use crate::handler::{Handler, JobMeta};
+use crate::handler::{Handler, JobError, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
 use crate::queue::{CALL_TIMEOUT, QueueInfo};
@@ -187,8 +190,47 @@ pub struct BatchReport {
 }
 
 /// Processes batches for one handler. Build it once per process.
+///
+/// Generic over the handler at its edge only: the batch code behind it
+/// sees the handler as a trait object, so it is compiled once per binary,
+/// not once per handler type (a binary with several handlers, as
+/// `examples/ledger.rs` has, would otherwise carry a copy of it for each).
 pub struct Processor<H> {
-    handler: Arc<H>,
+    core: Core,
+    _handler: PhantomData<fn() -> H>,
+}
+
+/// A boxed handler future: what [`DynHandler::handle`] returns.
+type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<Effect, JobError>> + Send + 'a>>;
+
+/// A [`Handler`] with its job type erased: the payload is decoded into a
+/// boxed `H::Job`, then handled.
+trait DynHandler: Send + Sync {
+    fn decode(&self, payload: &str) -> Result<Box<dyn Any + Send>, serde_json::Error>;
+    /// `job` is what [`decode`](Self::decode) returned. The handler's
+    /// `handle` is called when the future is first polled, so that a panic
+    /// in it, even before its first `.await`, happens where it is caught.
+    fn handle(&self, job: Box<dyn Any + Send>, meta: JobMeta) -> HandlerFuture<'_>;
+}
+
+impl<H: Handler> DynHandler for H {
+    fn decode(&self, payload: &str) -> Result<Box<dyn Any + Send>, serde_json::Error> {
+        Ok(Box::new(serde_json::from_str::<H::Job>(payload)?))
+    }
+
+    fn handle(&self, job: Box<dyn Any + Send>, meta: JobMeta) -> HandlerFuture<'_> {
+        Box::pin(async move {
+            let job = job
+                .downcast::<H::Job>()
+                .expect("the job was decoded by the same handler");
+            Handler::handle(self, *job, meta).await
+        })
+    }
+}
+
+/// The batch code of a [`Processor`], the same for every handler type.
+struct Core {
+    handler: Box<dyn DynHandler>,
     committer: Committer,
     dead_letters: DeadLetters,
     sqs: aws_sdk_sqs::Client,
@@ -212,19 +254,38 @@ impl<H: Handler> Processor<H> {
         config: BatchConfig,
     ) -> Self {
         Self {
-            handler: Arc::new(handler),
-            committer,
-            dead_letters,
-            follow_ups: FollowUpSender::new(sqs.clone()),
-            sqs,
-            resolver,
-            config,
+            core: Core {
+                handler: Box::new(handler),
+                committer,
+                dead_letters,
+                follow_ups: FollowUpSender::new(sqs.clone()),
+                sqs,
+                resolver,
+                config,
+            },
+            _handler: PhantomData,
         }
     }
 
     /// Runs a batch to its verdicts, sends dead letters, records failures
     /// and sets the visibility of what stays on the queue.
     pub async fn process(
+        &self,
+        queue: &QueueInfo,
+        messages: &[Message],
+        deadline: Instant,
+    ) -> BatchReport {
+        self.core.process(queue, messages, deadline).await
+    }
+
+    /// The batch settings this processor runs with.
+    pub fn config(&self) -> &BatchConfig {
+        &self.core.config
+    }
+}
+
+impl Core {
+    async fn process(
         &self,
         queue: &QueueInfo,
         messages: &[Message],
@@ -314,11 +375,6 @@ impl<H: Handler> Processor<H> {
         report
     }
 
-    /// The batch settings this processor runs with.
-    pub fn config(&self) -> &BatchConfig {
-        &self.config
-    }
-
     /// One job: identify, decode, handle (panics caught), commit, and for a
     /// failure record it and, if permanent, dead-letter it.
     async fn run_one(
@@ -371,7 +427,7 @@ impl<H: Handler> Processor<H> {
         let attempt = match &resolved {
             Err(e) => Attempt::InvalidJobId(e.clone()),
             Ok(crate::envelope::ResolvedJob { id, .. }) => {
-                match serde_json::from_str::<H::Job>(payload) {
+                match self.handler.decode(payload) {
                     Err(e) => Attempt::Undecodable(e),
                     Ok(job) => {
                         let meta = JobMeta {
@@ -397,7 +453,7 @@ impl<H: Handler> Processor<H> {
                             || {
                                 let job = decoded
                                     .take()
-                                    .map_or_else(|| serde_json::from_str::<H::Job>(payload), Ok);
+                                    .map_or_else(|| self.handler.decode(payload), Ok);
                                 let meta = meta.clone();
                                 async move {
                                     let job = job.map_err(Attempt::Undecodable)?;
@@ -883,5 +939,45 @@ mod tests {
         let retry = verdict(2);
         let failed = failed_ids(messages.iter().zip([&retry, &retry]));
         assert_eq!(failed, vec!["same"]);
+    }
+}
+
+/// The handler behind its trait object (`DynHandler`) keeps the contract:
+/// a handler that panics before its future exists fails its own job only.
+#[cfg(all(test, feature = "testing"))]
+mod erased_handler_tests {
+    use crate::effect::Effect;
+    use crate::handler::{Handler, JobError, JobMeta};
+    use crate::testing::TestKit;
+    use std::future::Future;
+
+    /// Not an `async fn`: its panic comes from `handle` itself, not from
+    /// polling the future it returns.
+    struct PanicsEagerly;
+
+    impl Handler for PanicsEagerly {
+        type Job = serde_json::Value;
+
+        fn handle(
+            &self,
+            job: serde_json::Value,
+            _meta: JobMeta,
+        ) -> impl Future<Output = Result<Effect, JobError>> + Send {
+            assert_ne!(job["account"], "bob", "no futures for bob");
+            async { Ok(Effect::new()) }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_before_the_future_fails_that_job_only() {
+        let kit = TestKit::new(PanicsEagerly, "ledger");
+        let run = kit
+            .run_json(include_str!("../tests/fixtures/sqs_ledger.json"))
+            .await
+            .expect("the batch is answered");
+        let bob = "6a1f0c2e-0002-4b7e-9d41-1c0a5e7d2f02";
+        assert!(run.failed_ids().contains(&bob), "{:?}", run.failed_ids());
+        let t1 = "6a1f0c2e-0001-4b7e-9d41-1c0a5e7d2f01";
+        assert!(!run.failed_ids().contains(&t1), "{:?}", run.failed_ids());
     }
 }

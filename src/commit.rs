@@ -216,7 +216,7 @@ impl Committer {
             // Makes the SDK's own retries of this call idempotent on AWS.
             // Random per call, so a later delivery with a different effect
             // is never refused as IdempotentParameterMismatch.
-            .client_request_token(format!("{:032x}", rand::random::<u128>()))
+            .client_request_token(format!("{:032x}", crate::clock::random_u128()))
             .send()
             .await;
         let err = match sent {
