@@ -306,17 +306,18 @@ impl Core {
             ..BatchReport::default()
         };
         let mut visibility = Vec::new();
+        let mut untried_last = Vec::new();
         for (msg, (verdict, took)) in messages.iter().zip(verdicts) {
+            let last_receive = queue
+                .max_receive_count
+                .is_some_and(|max| msg.receive_count >= max);
             let m = &mut report.metrics;
             match &verdict {
                 Verdict::Succeeded => m.succeeded += 1,
                 Verdict::Duplicate => m.duplicate += 1,
                 Verdict::Retry { retry_after, .. } => {
                     // On its last allowed receive, SQS's redrive moves it next.
-                    if queue
-                        .max_receive_count
-                        .is_some_and(|max| msg.receive_count >= max)
-                    {
+                    if last_receive {
                         m.dead_lettered += 1;
                     } else {
                         m.retried += 1;
@@ -339,6 +340,9 @@ impl Core {
                     m.retried += 1;
                     tracing::info!(message_id = msg.message_id.as_str(), "not attempted: {why}");
                     visibility.push((msg, Duration::ZERO));
+                    if last_receive {
+                        untried_last.push((msg, *why));
+                    }
                 }
             }
             if let Some(took) = took {
@@ -350,6 +354,17 @@ impl Core {
             report.verdicts.push((msg.message_id.clone(), verdict));
         }
         report.failed = failed_ids(messages.iter().zip(report.verdicts.iter().map(|(_, v)| v)));
+        // Handed back untried on its last allowed receive (a FIFO message
+        // behind a failed one of its group, or one the deadline left no
+        // time to start), a message is moved to the DLQ by SQS's redrive
+        // without ever having run: a failure record says so, or its dead
+        // letter would have no context at all. Rare, and optional work.
+        let untried = untried_last.iter().map(|(msg, why)| {
+            let record = self.untried_record(queue, msg, why);
+            let budget = &budget;
+            async move { self.record(&record, budget).await }
+        });
+        futures_util::future::join_all(untried).await;
         let entries: Vec<(&str, &str, Duration)> = visibility
             .iter()
             .map(|(m, t)| (m.message_id.as_str(), m.receipt_handle.as_str(), *t))
@@ -578,6 +593,31 @@ impl Core {
                     },
                 }
             }
+        }
+    }
+
+    /// The failure record of a message handed back untried (`why`) on its
+    /// last allowed receive.
+    fn untried_record(&self, queue: &QueueInfo, msg: &Message, why: &str) -> FailureRecord {
+        let resolved =
+            self.resolver
+                .resolve_job(msg.job_id_attribute(), &msg.body, &msg.message_id);
+        let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
+        FailureRecord {
+            job_id: resolved.as_ref().ok().map(|j| j.id.to_string()),
+            message_id: msg.message_id.clone(),
+            attempt: msg.receive_count,
+            failure: Failure {
+                kind: crate::classify::FailureKind::Transient,
+                error: format!(
+                    "not attempted on its last allowed receive ({why}): SQS's redrive moves it \
+                     to the DLQ without it having run"
+                ),
+                chain: Vec::new(),
+            },
+            failed_at: crate::clock::now(),
+            source_queue: queue.name.clone(),
+            payload_hash: PayloadHash::of(payload.as_bytes()).to_string(),
         }
     }
 

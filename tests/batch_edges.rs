@@ -554,3 +554,59 @@ async fn a_last_receive_whose_record_is_not_written_is_dead_lettered_with_its_co
     assert!(fast.calls("SendMessage").is_empty());
     assert_eq!(fast.calls("PutItem").len(), 1, "its failure record");
 }
+
+/// A FIFO message behind a failed one of its group is handed back untried;
+/// on its last allowed receive SQS's redrive then moves it to the DLQ
+/// without it ever having run. Its failure record says so, so its dead
+/// letter has context. (Found by the simulation: FIFO seed 11, a job
+/// dead-lettered with neither `idemq-error` nor a record.)
+#[tokio::test(start_paused = true)]
+async fn a_fifo_message_handed_back_untried_on_its_last_receive_gets_a_failure_record() {
+    let fifo = |n: usize, kind: &str, receive_count: u32| {
+        let mut m = message_received(
+            n,
+            &json!({"n": n, "kind": kind}),
+            Duration::from_secs(60),
+            receive_count,
+        );
+        m.group_id = Some("g1".into());
+        m
+    };
+    let fake = Fake::new(|_, _| Duration::from_millis(5));
+    let p = processor(&fake, BatchConfig::default());
+    let mut queue = queue_info(4 * DAY);
+    queue.fifo = true;
+    // The first fails (receives left); the second, on its last receive,
+    // is not attempted; the third, with receives left, is not either.
+    let messages = [fifo(0, "transient", 2), fifo(1, "ok", 6), fifo(2, "ok", 3)];
+    let report = p
+        .process(&queue, &messages, Instant::now() + Duration::from_secs(10))
+        .await;
+    assert_eq!(report.failed, ["m00", "m01", "m02"]);
+    assert!(
+        fake.calls("TransactWriteItems").is_empty(),
+        "nothing ran after the failure"
+    );
+    let records: Vec<String> = fake
+        .calls("PutItem")
+        .iter()
+        .map(|c| c.request["Item"].to_string())
+        .collect();
+    assert_eq!(
+        records.len(),
+        2,
+        "the failure's and the untried last receive's: {records:?}"
+    );
+    let untried = records
+        .iter()
+        .find(|r| r.contains("job-01"))
+        .expect("a record for job-01");
+    assert!(
+        untried.contains("not attempted on its last allowed receive"),
+        "{untried}"
+    );
+    assert!(
+        !records.iter().any(|r| r.contains("job-02")),
+        "job-02 has receives left"
+    );
+}

@@ -473,7 +473,7 @@ async fn simulate(config: Config) -> Outcome {
         &dlq_final,
         &w.ddb.tables[TABLE].items,
     );
-    let left: std::collections::BTreeSet<String> = [SOURCE, DLQ]
+    let left: std::collections::BTreeSet<String> = [config.source(), config.dlq()]
         .iter()
         .flat_map(|q| w.sqs.queues[*q].messages.values())
         .filter_map(|m| check::job_of(&m.body))
