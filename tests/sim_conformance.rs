@@ -13,6 +13,7 @@
 
 mod sim;
 
+mod common;
 mod conformance;
 
 use conformance::{Divergence, conform, dynamodb, sqs};

@@ -222,20 +222,6 @@ pub fn item(i: &std::collections::HashMap<String, AttributeValue>) -> Value {
     json!(sorted)
 }
 
-/// The stack's SDK configuration, from the standard endpoint variables;
-/// panics with the fix when they are absent (these tests must not pass
-/// vacuously), as tests/common/mod.rs does.
-async fn stack_sdk() -> aws_config::SdkConfig {
-    for var in ["AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB"] {
-        assert!(
-            std::env::var_os(var).is_some(),
-            "{var} is not set: run these tests with `make test`, or `make stack-up` \
-             and `set -a; . .state/stack.env; set +a` first"
-        );
-    }
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
-}
-
 /// Runs `scenario` on the model.
 fn on_model<F, Fut>(scenario: &F) -> Obs
 where
@@ -278,7 +264,7 @@ where
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let sdk = stack_sdk().await;
+        let sdk = crate::common::sdk().await;
         let b = Backend {
             sqs: aws_sdk_sqs::Client::new(&sdk),
             ddb: aws_sdk_dynamodb::Client::new(&sdk),
