@@ -25,7 +25,7 @@ help:
 	@echo "make bench-peers   idemq vs a plain consumer vs Powertools: requests, throughput, latency, cold start, cost (~7 min; writes BENCHMARKS.md)"
 	@echo "make bench-quick   the same on a small grid (~1 min; bench/out/ only)"
 	@echo "make bench         the peer benchmark and the three above"
-	@echo "make bench-size    stripped release size: the ledger with idemq (lambda) vs a plain consumer (~20 min cold; writes BENCHMARKS.md)"
+	@echo "make bench-size stripped release size: the ledger with idemq (lambda) vs a plain consumer (~20 min cold; writes BENCHMARKS.md)"
 
 demo:
 	@scripts/demo.sh
