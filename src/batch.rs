@@ -308,9 +308,7 @@ impl Core {
         let mut visibility = Vec::new();
         let mut untried_last = Vec::new();
         for (msg, (verdict, took)) in messages.iter().zip(verdicts) {
-            let last_receive = queue
-                .max_receive_count
-                .is_some_and(|max| msg.receive_count >= max);
+            let last_receive = queue.is_last_receive(msg.receive_count);
             let m = &mut report.metrics;
             match &verdict {
                 Verdict::Succeeded => m.succeeded += 1,
@@ -510,15 +508,7 @@ impl Core {
             }
             _ => return verdict,
         };
-        let record = FailureRecord {
-            job_id: job_id.map(|j| j.to_string()),
-            message_id: msg.message_id.clone(),
-            attempt: msg.receive_count,
-            failure,
-            failed_at: crate::clock::now(),
-            source_queue: queue.name.clone(),
-            payload_hash: hash.to_string(),
-        };
+        let record = failure_record(queue, msg, job_id.map(|j| j.to_string()), &hash, failure);
         tracing::warn!(
             kind = record.failure.kind.as_str(),
             error = record.failure.error,
@@ -542,11 +532,8 @@ impl Core {
         // down, often the very outage the job failed on), idemq dead-letters
         // the message itself now, its context in the letter's attributes;
         // if that send fails too, SQS's redrive still moves it.
-        let last_receive = queue
-            .max_receive_count
-            .is_some_and(|max| msg.receive_count >= max);
         if !recorded
-            && last_receive
+            && queue.is_last_receive(msg.receive_count)
             && let Verdict::Retry { failure, .. } = &verdict
         {
             let failure = failure.clone();
@@ -603,11 +590,12 @@ impl Core {
             self.resolver
                 .resolve_job(msg.job_id_attribute(), &msg.body, &msg.message_id);
         let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
-        FailureRecord {
-            job_id: resolved.as_ref().ok().map(|j| j.id.to_string()),
-            message_id: msg.message_id.clone(),
-            attempt: msg.receive_count,
-            failure: Failure {
+        failure_record(
+            queue,
+            msg,
+            resolved.as_ref().ok().map(|j| j.id.to_string()),
+            &PayloadHash::of(payload.as_bytes()),
+            Failure {
                 kind: crate::classify::FailureKind::Transient,
                 error: format!(
                     "not attempted on its last allowed receive ({why}): SQS's redrive moves it \
@@ -615,10 +603,7 @@ impl Core {
                 ),
                 chain: Vec::new(),
             },
-            failed_at: crate::clock::now(),
-            source_queue: queue.name.clone(),
-            payload_hash: PayloadHash::of(payload.as_bytes()).to_string(),
-        }
+        )
     }
 
     /// Writes the failure record if the budget leaves time for it: it is
@@ -783,6 +768,26 @@ pub(crate) fn failed_ids<'a>(
         .filter(|(m, v)| v.stays_on_queue() && seen.insert(m.message_id.as_str()))
         .map(|(m, _)| m.message_id.clone())
         .collect()
+}
+
+/// The failure record of `msg`'s receive (idemq's DLQ context: error,
+/// attempt, time, source).
+fn failure_record(
+    queue: &QueueInfo,
+    msg: &Message,
+    job_id: Option<String>,
+    payload_hash: &PayloadHash,
+    failure: Failure,
+) -> FailureRecord {
+    FailureRecord {
+        job_id,
+        message_id: msg.message_id.clone(),
+        attempt: msg.receive_count,
+        failure,
+        failed_at: crate::clock::now(),
+        source_queue: queue.name.clone(),
+        payload_hash: payload_hash.to_string(),
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -93,6 +93,16 @@ pub struct QueueInfo {
 }
 
 impl QueueInfo {
+    /// Whether a message received `receive_count` times is on its last
+    /// allowed receive: the next one past `maxReceiveCount` is where SQS's
+    /// redrive moves it to the DLQ
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html>).
+    /// Never, for a queue without a redrive policy.
+    pub fn is_last_receive(&self, receive_count: u32) -> bool {
+        self.max_receive_count
+            .is_some_and(|max| receive_count >= max)
+    }
+
     /// Reads the queue's `RedrivePolicy` and finds its DLQ.
     pub async fn discover(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Self, QueueError> {
         let attrs = attributes(sqs, url, &[QueueAttributeName::All]).await?;
