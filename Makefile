@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick bench-size
+.PHONY: help demo test test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick bench-size bench-sim
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench-peers   idemq vs a plain consumer vs Powertools: requests, throughput, latency, cold start, cost (~7 min; writes BENCHMARKS.md)"
 	@echo "make bench-quick   the same on a small grid (~1 min; bench/out/ only)"
 	@echo "make bench         the peer benchmark and the three above"
+	@echo "make bench-sim  the simulation's jobs per wall second against the real SDK clients' floor (SEEDS=64)"
 	@echo "make bench-size stripped release size: the ledger with idemq (lambda) vs a plain consumer (~20 min cold; writes BENCHMARKS.md)"
 
 demo:
@@ -46,6 +47,12 @@ HOURS ?= 24
 FIRST ?= 1
 sim:
 	SIM_SEEDS=$(SEEDS) SIM_FIFO_SEEDS=$(FIFO_SEEDS) SIM_HOURS=$(HOURS) SIM_FIRST_SEED=$(FIRST) cargo test --locked --features testing --test simulation -- campaign --nocapture
+
+# Simulated jobs per wall second on every core, and the floor of a request
+# through the real SDK clients measured in the same run (tests/sim/speed.rs).
+# Defaults to 64 seeds, not make sim's 1000: `make bench-sim SEEDS=448`.
+bench-sim:
+	SIM_SEEDS=$(if $(filter command line,$(origin SEEDS)),$(SEEDS),64) SIM_HOURS=$(HOURS) SIM_FIRST_SEED=$(FIRST) cargo test --locked --features testing --test simulation -- --ignored --exact speed --nocapture
 
 lint-infra:
 	@scripts/infra_test.sh

@@ -10,6 +10,9 @@
 
 mod sim;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::Instant as WallInstant;
 
 use sim::run::{Config, Outcome, run};
@@ -645,4 +648,52 @@ fn optimistic_races_count_exactly() {
     }
     assert!(reruns > 20, "only {reruns} re-runs after lost races");
     assert!(stale > 0, "no eventually consistent read was stale");
+}
+
+/// `make bench-sim`: simulated jobs per wall second on every core, against
+/// the floor of the real SDK clients (tests/sim/speed.rs). `SIM_SEEDS`
+/// (default 64) seeds from `SIM_FIRST_SEED`; prints, asserts nothing.
+#[test]
+#[ignore]
+fn speed() {
+    let seeds = env_u64("SIM_SEEDS", 64);
+    let first = env_u64("SIM_FIRST_SEED", 1);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let floor = sim::speed::floor(5_000);
+    let rate = sim::speed::campaign_rate(first, seeds, hours(), threads);
+    let per_job = rate.micros_per_job_per_thread();
+    let sdk_per_job = floor.mean() * rate.requests_per_job();
+    println!(
+        "campaign: {} seeds on {} threads: {} jobs, {} requests ({:.2} per job) in {:.1} s: {:.0} jobs/s ({:.0} per thread, {:.0} us per job)",
+        rate.seeds,
+        rate.threads,
+        rate.jobs,
+        rate.requests,
+        rate.requests_per_job(),
+        rate.wall_secs,
+        rate.jobs_per_sec(),
+        rate.jobs_per_sec() / rate.threads as f64,
+        per_job,
+    );
+    println!(
+        "SDK floor (real clients, instant connector, one thread): {:.1} us per request (transaction commit {:.1}, single-write commit {:.1}, producer send {:.1})",
+        floor.mean(),
+        floor.transaction,
+        floor.single_write,
+        floor.send,
+    );
+    let models = rate.model_micros_per_job();
+    let rest = per_job - sdk_per_job - models;
+    println!(
+        "a simulated job, {per_job:.0} us of one thread: SDK floor {sdk_per_job:.0} us ({:.0} %), models {models:.0} us ({:.0} %), the rest {rest:.0} us ({:.0} %: idemq's batch code, the Lambda model, the SDK's cost past the floor, tokio, the checker)",
+        100.0 * sdk_per_job / per_job,
+        100.0 * models / per_job,
+        100.0 * rest / per_job,
+    );
+    println!(
+        "bounds on {} threads: {:.0} jobs/s with the models free, {:.0} jobs/s with everything but the SDK floor free (goal 20,000)",
+        rate.threads,
+        1e6 / (per_job - models) * rate.threads as f64,
+        1e6 / sdk_per_job * rate.threads as f64,
+    );
 }

@@ -246,12 +246,14 @@ impl Ddb {
                 )
             };
         }
-        let items = req["TransactItems"].as_array().cloned().unwrap_or_default();
+        let Some(items) = req["TransactItems"].as_array() else {
+            return validation("TransactItems must have 1 to 100 members");
+        };
         if items.is_empty() || items.len() > 100 {
             return validation("TransactItems must have 1 to 100 members");
         }
         let mut ops = Vec::new();
-        for item in &items {
+        for item in items {
             let Some((kind, body)) = item.as_object().and_then(|o| o.iter().next()) else {
                 return validation("empty TransactWriteItem");
             };

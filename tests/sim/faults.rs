@@ -161,16 +161,16 @@ pub fn canonical(v: &Value, out: &mut String) {
         Value::Object(m) => {
             // Batch entries' `Id`s are positions in the batch, which may
             // come from a hash map's order.
-            let mut keys: Vec<&String> = m
-                .keys()
-                .filter(|k| *k != "ClientRequestToken" && *k != "Id")
+            let mut fields: Vec<(&String, &Value)> = m
+                .iter()
+                .filter(|(k, _)| *k != "ClientRequestToken" && *k != "Id")
                 .collect();
-            keys.sort();
+            fields.sort_unstable_by_key(|(k, _)| *k);
             out.push('{');
-            for k in keys {
+            for (k, v) in fields {
                 out.push_str(k);
                 out.push(':');
-                canonical(&m[k], out);
+                canonical(v, out);
                 out.push(',');
             }
             out.push('}');

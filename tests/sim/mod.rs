@@ -9,7 +9,8 @@
 //! - [`faults`]: every fault, drawn from the seed;
 //! - [`check`]: the history and the checker over it;
 //! - [`shapes`]: the shapes of the handler's effects (idemq's commit paths);
-//! - [`run`]: one run of a seed, from set-up to verdict.
+//! - [`run`]: one run of a seed, from set-up to verdict;
+//! - [`speed`]: `make bench-sim`, the runs' rate against the SDK's floor.
 
 #![allow(dead_code)]
 
@@ -21,6 +22,7 @@ pub mod lambda;
 pub mod net;
 pub mod run;
 pub mod shapes;
+pub mod speed;
 pub mod sqs;
 
 use std::sync::Arc;

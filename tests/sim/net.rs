@@ -81,8 +81,34 @@ impl Net {
     }
 }
 
+thread_local! {
+    /// Wall time this thread spent in the models (parsing requests, drawing
+    /// faults, applying, answering): the speed benchmark's measure. Not
+    /// part of any run's outcome.
+    static IN_MODELS: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// Wall time this thread has spent in the models so far.
+pub fn time_in_models() -> Duration {
+    IN_MODELS.get()
+}
+
+/// Runs `f`, counting its wall time as the models'.
+fn in_models<T>(f: impl FnOnce() -> T) -> T {
+    let started = std::time::Instant::now();
+    let out = f();
+    IN_MODELS.set(IN_MODELS.get() + started.elapsed());
+    out
+}
+
 impl HttpConnector for Net {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        in_models(|| self.answer(request))
+    }
+}
+
+impl Net {
+    fn answer(&self, request: HttpRequest) -> HttpConnectorFuture {
         let target = request
             .headers()
             .get("x-amz-target")
@@ -102,11 +128,13 @@ impl HttpConnector for Net {
             .unwrap_or(Value::Null);
         let world = Arc::clone(&self.world);
         HttpConnectorFuture::new(async move {
-            let fate = world
-                .lock()
-                .expect("world")
-                .faults
-                .request(service, &op, &body);
+            let fate = in_models(|| {
+                world
+                    .lock()
+                    .expect("world")
+                    .faults
+                    .request(service, &op, &body)
+            });
             if !fate.before.is_zero() {
                 tokio::time::sleep(fate.before).await;
             }
@@ -143,7 +171,7 @@ impl HttpConnector for Net {
             let wait = Duration::from_secs(body["WaitTimeSeconds"].as_u64().unwrap_or(0));
             let until = Instant::now() + wait;
             let reply = loop {
-                let reply = world.lock().expect("world").apply(service, &op, &body);
+                let reply = in_models(|| world.lock().expect("world").apply(service, &op, &body));
                 let empty = op == "ReceiveMessage"
                     && matches!(&reply, Reply::Ok(v) if v["Messages"].as_array().is_none_or(Vec::is_empty));
                 if !empty || Instant::now() >= until {
@@ -172,7 +200,7 @@ impl HttpConnector for Net {
                     "simulated: connection reset after the request was applied".into(),
                 ));
             }
-            Ok(reply.into_http())
+            Ok(in_models(|| reply.into_http()))
         })
     }
 }
@@ -201,6 +229,14 @@ impl aws_smithy_async::time::TimeSource for SimulatedTime {
 /// bucket in a process-wide map, so a run that reused a name would start
 /// from the bucket another run left.
 pub fn clients(net: &Net, seed: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::Client) {
+    clients_over(net.http(), seed)
+}
+
+/// [`clients`] over any HTTP client (the speed benchmark's instant one).
+pub fn clients_over(
+    http: SharedHttpClient,
+    seed: u64,
+) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::Client) {
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let run = format!(
         "{seed}-{}",
@@ -218,7 +254,7 @@ pub fn clients(net: &Net, seed: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::
         .retry_config(RetryConfig::standard().with_use_static_exponential_base(true))
         .retry_partition(RetryPartition::new(format!("sim-{run}-sqs")))
         .time_source(SimulatedTime)
-        .http_client(net.http())
+        .http_client(http.clone())
         .build();
     let ddb = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
@@ -235,7 +271,7 @@ pub fn clients(net: &Net, seed: u64) -> (aws_sdk_sqs::Client, aws_sdk_dynamodb::
             format!("sim-{run}-ddb"),
         ))
         .time_source(SimulatedTime)
-        .http_client(net.http())
+        .http_client(http)
         .build();
     (
         aws_sdk_sqs::Client::from_conf(sqs),
