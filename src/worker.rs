@@ -5,8 +5,6 @@
 //! SIGINT / SIGTERM stop it gracefully: the batch in hand is finished, no
 //! new one is received. It prints a one-line summary when it exits.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 // Instants and sleeps come from tokio's clock, the one clock a test (or a
@@ -16,7 +14,6 @@ use tokio::time::Instant;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use clap::Parser;
-use tokio::sync::Notify;
 
 use crate::batch::Message;
 use crate::config::BatchConfig;
@@ -95,16 +92,27 @@ pub async fn serve<H: Handler>(
     host: &Host<H>,
     args: &WorkerArgs,
 ) -> Result<BatchMetrics, HostError> {
-    let queue = host.discover(&args.queue_url).await?;
+    serve_until(host, args, signals()).await
+}
 
-    let stop = Arc::new(Stop::default());
-    tokio::spawn(Arc::clone(&stop).watch_signals());
+/// [`serve`], stopping when `stop` completes instead of on a signal: a
+/// receive in progress is abandoned, a batch in hand is finished and
+/// acknowledged first. For a worker embedded in a larger program, with a
+/// shutdown of its own (and for tests: the simulation runs it this way,
+/// killing it by dropping the future).
+pub async fn serve_until<H: Handler>(
+    host: &Host<H>,
+    args: &WorkerArgs,
+    stop: impl Future<Output = ()>,
+) -> Result<BatchMetrics, HostError> {
+    let queue = host.discover(&args.queue_url).await?;
+    let mut stop = std::pin::pin!(stop);
 
     let mut totals = BatchMetrics::default();
     let mut idle_since = Instant::now();
     let idle_limit = args.exit_when_idle.map(Duration::from_secs);
     tracing::info!(queue = queue.name, "worker started");
-    while !stop.requested() {
+    loop {
         if idle_limit.is_some_and(|limit| idle_since.elapsed() >= limit) {
             break;
         }
@@ -127,7 +135,10 @@ pub async fn serve<H: Handler>(
             .send();
         let received = tokio::select! {
             r = receive => r,
-            () = stop.notified() => break,
+            () = stop.as_mut() => {
+                tracing::info!("stop requested");
+                break;
+            }
         };
         let out = match received {
             Ok(out) => out,
@@ -170,45 +181,27 @@ pub async fn serve<H: Handler>(
             }
         }
         totals.absorb(&report.metrics);
+        // A stop requested during the batch: it is finished, leave now.
+        if futures_util::FutureExt::now_or_never(stop.as_mut()).is_some() {
+            tracing::info!("stop requested: the batch in hand was finished");
+            break;
+        }
     }
     println!("idemq worker: {}", totals.summary());
     Ok(totals)
 }
 
-/// A stop request from SIGINT or SIGTERM.
-#[derive(Default)]
-struct Stop {
-    requested: AtomicBool,
-    notify: Notify,
-}
-
-impl Stop {
-    fn requested(&self) -> bool {
-        self.requested.load(Ordering::SeqCst)
-    }
-
-    async fn notified(&self) {
-        if !self.requested() {
-            self.notify.notified().await;
+/// Completes on SIGINT or SIGTERM; never, if SIGTERM cannot be watched.
+async fn signals() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot watch SIGTERM: {e}");
+            return std::future::pending().await;
         }
-    }
-
-    async fn watch_signals(self: Arc<Self>) {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!("cannot watch SIGTERM: {e}");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("stop requested: finishing the batch in hand");
-        self.requested.store(true, Ordering::SeqCst);
-        // A stored permit wakes the next wait even if none is waiting now.
-        self.notify.notify_one();
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }

@@ -388,3 +388,84 @@ async fn a_retry_past_retention_is_dead_lettered_now_with_the_reason() {
         assert!(error.contains(want), "{want:?} not in {error:?}");
     }
 }
+
+/// `serve_until`: a stop requested while a batch is in hand lets the batch
+/// finish and be acknowledged, then the worker leaves without receiving
+/// again (what SIGTERM does through `serve`).
+#[tokio::test]
+async fn a_stop_during_a_batch_finishes_and_acknowledges_it() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use idemq::config::IdempotencyConfig;
+    use idemq::handler::{JobMeta, handler_fn};
+    use idemq::host::Host;
+    use idemq::worker::serve_until;
+
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "stop", false, 6, 30).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let jobs: Vec<(Option<String>, String)> = (0..3)
+        .map(|i| (Some(format!("stop-{i}")), "{}".to_owned()))
+        .collect();
+    send(&sqs, &res.queue_url, &jobs).await;
+
+    // The first job to run asks the worker to stop, then takes 500 ms.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let ran = Arc::new(AtomicU64::new(0));
+    let handler = {
+        let ran = Arc::clone(&ran);
+        handler_fn(move |_: serde_json::Value, _: JobMeta| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            stop_tx.send_replace(true);
+            async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok(idemq::Effect::new())
+            }
+        })
+    };
+    let host = Host::from_clients(
+        handler,
+        sqs.clone(),
+        ddb,
+        TableLayout::new(&res.table_name),
+        IdempotencyConfig::default(),
+        BatchConfig::default(),
+    );
+    let mut stop_rx = stop_rx;
+    let stop = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
+    // One message per receive, and no idle exit: only the stop ends it,
+    // after the first batch.
+    let mut args = WorkerArgs::new(res.queue_url.clone());
+    args.batch_size = 1;
+    let totals = tokio::time::timeout(Duration::from_secs(60), serve_until(&host, &args, stop))
+        .await
+        .expect("the worker stopped")
+        .expect("worker");
+
+    assert_eq!(totals.succeeded, 1, "the batch in hand was not finished");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "a job ran after the stop");
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(&res.queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(
+            aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+        )
+        .send()
+        .await
+        .unwrap();
+    let count = |name| {
+        attributes
+            .attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let left = count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        + count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible);
+    assert_eq!(left, 2, "the finished job acknowledged, the others left");
+}
