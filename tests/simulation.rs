@@ -6,7 +6,8 @@
 //!   the campaign `make test` runs; `make sim SEEDS=N HOURS=H` a longer one.
 //! - `SIM_SEED=N SIM_TRACE=1 cargo test --test simulation -- replay
 //!   --nocapture` replays one seed with its trace (`SIM_FIFO=1`: its FIFO
-//!   run); `SIM_FIFO_SEEDS` (default below) sizes the FIFO campaign.
+//!   run; `SIM_WORKERS=N`: on N local workers); `SIM_FIFO_SEEDS` (default
+//!   below) sizes the FIFO campaign.
 
 mod sim;
 
@@ -42,11 +43,14 @@ fn hours() -> f64 {
 fn describe_failure(o: &Outcome) -> String {
     let seed = o.config.seed;
     let hours = o.config.hours;
-    let fifo = if o.config.fifo.is_some() {
-        "SIM_FIFO=1 "
+    let mut fifo = if o.config.fifo.is_some() {
+        "SIM_FIFO=1 ".to_owned()
     } else {
-        ""
+        String::new()
     };
+    if o.config.edges.workers > 0 {
+        fifo.push_str(&format!("SIM_WORKERS={} ", o.config.edges.workers));
+    }
     let mut s = format!(
         "seed {seed} failed ({} violations):\n  {}\n  replay: {fifo}SIM_SEED={seed} SIM_HOURS={hours} SIM_TRACE=1 cargo test --test simulation -- replay --nocapture\n  config: {:?}",
         o.verdicts.violations.len(),
@@ -161,7 +165,8 @@ fn fifo_campaign_shard_1() {
 }
 
 /// `SIM_SEED=N`: that seed, traced when `SIM_TRACE=1`. Without it, seed 1.
-/// `SIM_FIFO=1`: the FIFO campaign's run of that seed.
+/// `SIM_FIFO=1`: the FIFO campaign's run of that seed. `SIM_WORKERS=N`:
+/// with N local worker processes in Lambda's place.
 #[test]
 fn replay() {
     let seed = env_u64("SIM_SEED", 1);
@@ -171,6 +176,7 @@ fn replay() {
         Config::of_seed(seed, hours())
     };
     config.tracing = std::env::var("SIM_TRACE").is_ok_and(|v| v == "1");
+    config.edges.workers = env_u64("SIM_WORKERS", 0);
     let o = run(&config);
     for line in &o.trace {
         eprintln!("{line}");
@@ -648,6 +654,40 @@ fn optimistic_races_count_exactly() {
     }
     assert!(reruns > 20, "only {reruns} re-runs after lost races");
     assert!(stale > 0, "no eventually consistent read was stale");
+}
+
+/// idemq's local worker (`idemq::worker::serve`, src/worker.rs) as the
+/// host instead of Lambda: 2 or 3 worker processes long-poll the source
+/// queue, half of their lives end in a kill at an await point (batches in
+/// hand left in flight, deletes unsent) and a restart, the others in an
+/// idle exit and a new start, under the seed's network, service and
+/// handler faults and an operator's redrives. Every job applied once or in
+/// the DLQ with its context; a seed replays to the same history.
+#[test]
+fn local_workers_apply_once() {
+    let (mut lives, mut killed) = (0, 0);
+    for (seed, workers) in [(1401, 2), (1402, 3), (1403, 2)] {
+        let mut c = Config::of_seed(seed, 12.0);
+        c.edges.workers = workers;
+        let o = must_pass(&c);
+        eprintln!(
+            "seed {seed}: {} jobs ({} applied, {} dead-lettered) through {} worker processes ({} killed), {} requests",
+            o.verdicts.jobs,
+            o.verdicts.applied,
+            o.verdicts.dead_lettered,
+            o.worker_lives,
+            o.counts.killed,
+            o.counts.requests
+        );
+        assert_eq!(o.invocations, 0, "seed {seed}: Lambda ran");
+        lives += o.worker_lives;
+        killed += o.counts.killed;
+        if seed == 1401 {
+            assert_eq!(run(&c).digest, o.digest, "seed {seed} ran two ways");
+        }
+    }
+    assert!(killed > 5, "only {killed} worker kills");
+    assert!(lives > killed, "no worker exited idle and started again");
 }
 
 /// `make bench-sim`: simulated jobs per wall second on every core, against

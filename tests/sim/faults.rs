@@ -280,6 +280,21 @@ impl Faults {
         }
     }
 
+    /// Life `n` of a local worker process (tests/sim/worker.rs): killed
+    /// after a time (10 s to 2 h) and restarted after a pause (1 s to 2
+    /// min), half the time; otherwise it lives until it exits idle.
+    pub fn worker_life(&mut self, n: u64) -> Option<(Duration, Duration)> {
+        let mut rng = self.rng(&[b"worker", &n.to_le_bytes()]);
+        if !self.enabled || !rng.random_bool(0.5) {
+            return None;
+        }
+        self.counts.killed += 1;
+        Some((
+            Duration::from_millis(rng.random_range(10_000..7_200_000)),
+            Duration::from_millis(rng.random_range(1_000..120_000)),
+        ))
+    }
+
     /// One handler attempt, from the job, the copy and the attempt number.
     pub fn attempt(&self, job: &str, message_id: &str, attempt: u32) -> Attempt {
         let mut rng = self.rng(&[

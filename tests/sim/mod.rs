@@ -6,6 +6,7 @@
 //! - [`net`]: the SDK's HTTP connector in front of them, where requests are
 //!   delayed, lost or throttled;
 //! - [`lambda`]: the event source mapping and the function's host;
+//! - [`worker`]: idemq's local worker hosts, in Lambda's place;
 //! - [`faults`]: every fault, drawn from the seed;
 //! - [`check`]: the history and the checker over it;
 //! - [`shapes`]: the shapes of the handler's effects (idemq's commit paths);
@@ -24,6 +25,7 @@ pub mod run;
 pub mod shapes;
 pub mod speed;
 pub mod sqs;
+pub mod worker;
 
 use std::sync::Arc;
 

@@ -127,6 +127,9 @@ pub struct Edges {
     /// Jobs are sent within this window from the start (default: the
     /// first three quarters of the run).
     pub send_window: Option<Duration>,
+    /// Local worker processes (tests/sim/worker.rs) instead of Lambda's
+    /// event source mapping; 0: Lambda.
+    pub workers: u64,
 }
 
 impl Config {
@@ -201,6 +204,8 @@ pub struct Outcome {
     pub verdicts: Verdicts,
     pub counts: super::faults::Counts,
     pub invocations: u64,
+    /// Local worker processes started (tests/sim/worker.rs).
+    pub worker_lives: u64,
     pub redrives: u64,
     /// Redrives stopped after 30 simulated minutes, still moving letters.
     pub redrives_overran: u64,
@@ -371,17 +376,37 @@ async fn simulate(config: Config) -> Outcome {
     let handler_ddb = ddb.clone();
     let seed = config.seed;
     let optimistic_only = config.edges.optimistic_only;
-    let handler = handler_fn(move |job: SimJob, meta: JobMeta| {
-        let world = Arc::clone(&handler_world);
-        let runs = Arc::clone(&handler_runs);
-        let ddb = handler_ddb.clone();
-        async move {
-            let shape = super::shapes::Shape::of(seed, &job.k, &job.kind, optimistic_only);
-            handle(&world, (shape, &ddb, &runs), job, meta).await
-        }
+    let handler = move || {
+        let handler_world = Arc::clone(&handler_world);
+        let handler_runs = Arc::clone(&handler_runs);
+        let handler_ddb = handler_ddb.clone();
+        handler_fn(move |job: SimJob, meta: JobMeta| {
+            let world = Arc::clone(&handler_world);
+            let runs = Arc::clone(&handler_runs);
+            let ddb = handler_ddb.clone();
+            async move {
+                let shape = super::shapes::Shape::of(seed, &job.k, &job.kind, optimistic_only);
+                handle(&world, (shape, &ddb, &runs), job, meta).await
+            }
+        })
+    };
+    // Local worker processes share one host (clients and processor): the
+    // processes differ in their loops, which is what dies.
+    let host = (config.edges.workers > 0).then(|| {
+        let mut behaviour = idemq::config::IdempotencyConfig::default();
+        behaviour.marker_ttl = ttl;
+        behaviour.job_id = resolver.clone();
+        idemq::host::Host::from_clients(
+            handler(),
+            sqs_client.clone(),
+            ddb.clone(),
+            layout.clone(),
+            behaviour,
+            BatchConfig::default(),
+        )
     });
     let processor = Processor::new(
-        handler,
+        handler(),
         Committer::new(ddb.clone(), layout.clone(), ttl),
         dead_letters.clone(),
         sqs_client.clone(),
@@ -392,16 +417,34 @@ async fn simulate(config: Config) -> Outcome {
     let schedule = schedule(&config, &mut rng);
     let invocations = Mutex::new(0u64);
     let operator_counts = Mutex::new((0u64, 0u64, 0u64, 0u64));
-    let envs = (0..config.mapping.concurrency).map(|_| {
-        lambda::environment(
-            &world,
-            &processor,
-            &queue,
-            config.mapping,
-            (end, drain_until),
-            &invocations,
-        )
-    });
+    let worker_lives = Mutex::new(0u64);
+    let source_url = sqs::url(config.source());
+    let envs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>> = match &host {
+        None => (0..config.mapping.concurrency)
+            .map(|_| {
+                Box::pin(lambda::environment(
+                    &world,
+                    &processor,
+                    &queue,
+                    config.mapping,
+                    (end, drain_until),
+                    &invocations,
+                )) as _
+            })
+            .collect(),
+        Some(host) => (0..config.edges.workers)
+            .map(|i| {
+                Box::pin(super::worker::process(
+                    &world,
+                    host,
+                    (&source_url, config.source()),
+                    i,
+                    (end, drain_until),
+                    &worker_lives,
+                )) as _
+            })
+            .collect(),
+    };
     let produce = produce(&world, &producer, schedule, &config);
     let operate = operate(
         &world,
@@ -503,6 +546,7 @@ async fn simulate(config: Config) -> Outcome {
         verdicts,
         counts: w.faults.counts,
         invocations: *invocations.lock().expect("invocations"),
+        worker_lives: *worker_lives.lock().expect("lives"),
         redrives,
         redrives_overran,
         digest: super::faults::hash(&[digest_input.as_bytes()]),
