@@ -128,6 +128,10 @@ pub struct Faults {
     seen: BTreeMap<u64, u32>,
     /// DynamoDB throttling bursts: (from, to).
     pub bursts: Vec<(Instant, Instant)>,
+    /// During the bursts SQS refuses every request (throttled): an SQS
+    /// outage, a scenario's choice; the campaign's bursts are DynamoDB's
+    /// alone.
+    pub sqs_outages: bool,
     pub counts: Counts,
 }
 
@@ -205,6 +209,7 @@ impl Faults {
             enabled: false,
             seen: BTreeMap::new(),
             bursts: Vec::new(),
+            sqs_outages: false,
             counts: Counts::default(),
         }
     }
@@ -238,9 +243,13 @@ impl Faults {
         }
         let r = self.rates;
         let now = Instant::now();
-        let in_burst =
-            service == "dynamodb" && self.bursts.iter().any(|(a, b)| *a <= now && now < *b);
-        let fate = if rng.random_bool(if in_burst { 0.7 } else { r.throttle }) {
+        let in_burst = self.bursts.iter().any(|(a, b)| *a <= now && now < *b);
+        let throttle = match (in_burst, service) {
+            (true, "dynamodb") => 0.7,
+            (true, _) if self.sqs_outages => 1.0,
+            _ => r.throttle,
+        };
+        let fate = if rng.random_bool(throttle) {
             self.counts.throttled += 1;
             Fate::Throttled
         } else if rng.random_bool(r.lost_before) {

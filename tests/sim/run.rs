@@ -121,9 +121,12 @@ pub struct Edges {
     /// 800 ms, drawn per attempt): copies received together then commit
     /// together, and their transactions conflict.
     pub handler_time: Option<Duration>,
-    /// Every job but follow-ups is an optimistic read-modify-write of a
-    /// shared counter (tests/sim/shapes.rs), so their commits race.
-    pub optimistic_only: bool,
+    /// Every job but follow-ups has this shape (tests/sim/shapes.rs):
+    /// optimistic read-modify-writes of a shared counter, so their commits
+    /// race, or parents of follow-ups.
+    pub only_shape: Option<super::shapes::Only>,
+    /// During DynamoDB's throttling bursts SQS refuses every request.
+    pub sqs_outages: bool,
     /// Jobs are sent within this window from the start (default: the
     /// first three quarters of the run).
     pub send_window: Option<Duration>,
@@ -318,6 +321,7 @@ async fn simulate(config: Config) -> Outcome {
     let drain_until = end + config.retention + 13 * HOUR;
 
     let mut faults = Faults::new(config.seed, config.rates);
+    faults.sqs_outages = config.edges.sqs_outages;
     for _ in 0..config.bursts {
         let at = start + Duration::from_secs(rng.random_range(0..(config.hours * 3600.0) as u64));
         let len = Duration::from_secs(rng.random_range(60..900));
@@ -375,7 +379,7 @@ async fn simulate(config: Config) -> Outcome {
     let handler_runs = Arc::clone(&runs);
     let handler_ddb = ddb.clone();
     let seed = config.seed;
-    let optimistic_only = config.edges.optimistic_only;
+    let only_shape = config.edges.only_shape;
     let handler = move || {
         let handler_world = Arc::clone(&handler_world);
         let handler_runs = Arc::clone(&handler_runs);
@@ -385,7 +389,7 @@ async fn simulate(config: Config) -> Outcome {
             let runs = Arc::clone(&handler_runs);
             let ddb = handler_ddb.clone();
             async move {
-                let shape = super::shapes::Shape::of(seed, &job.k, &job.kind, optimistic_only);
+                let shape = super::shapes::Shape::of(seed, &job.k, &job.kind, only_shape);
                 handle(&world, (shape, &ddb, &runs), job, meta).await
             }
         })
@@ -521,9 +525,8 @@ async fn simulate(config: Config) -> Outcome {
         .flat_map(|q| w.sqs.queues[*q].messages.values())
         .filter_map(|m| check::job_of(&m.body))
         .collect();
-    let optimistic_only = config.edges.optimistic_only;
-    let shape_of =
-        |k: &str, kind: &str| super::shapes::Shape::of(config.seed, k, kind, optimistic_only);
+    let only_shape = config.edges.only_shape;
+    let shape_of = |k: &str, kind: &str| super::shapes::Shape::of(config.seed, k, kind, only_shape);
     verdicts
         .violations
         .extend(check::check_shapes(&w.history, &shape_of, &left));

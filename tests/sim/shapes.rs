@@ -47,14 +47,18 @@ pub enum Shape {
 
 impl Shape {
     /// Job `k`'s shape in the run of `seed`; a follow-up job (`kind`
-    /// `child`) is always [`Shape::Separate`]; with `optimistic_only` every
-    /// other job is [`Shape::Optimistic`].
-    pub fn of(seed: u64, k: &str, kind: &str, optimistic_only: bool) -> Self {
+    /// `child`) is always [`Shape::Separate`]; with `only` every other job
+    /// has that shape.
+    pub fn of(seed: u64, k: &str, kind: &str, only: Option<Only>) -> Self {
         if kind == "child" {
             return Shape::Separate;
         }
         let h = hash(&[&seed.to_le_bytes(), b"shape", k.as_bytes()]);
-        let share = if optimistic_only { 99 } else { h % 100 };
+        let share = match only {
+            None => h % 100,
+            Some(Only::FollowUp) => 70,
+            Some(Only::Optimistic) => 99,
+        };
         match share {
             0..40 => Shape::Separate,
             40..55 => Shape::FusedTx,
@@ -66,6 +70,15 @@ impl Shape {
             },
         }
     }
+}
+
+/// A scenario's single shape for every job but follow-ups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    /// [`Shape::FollowUp`]: every job sends a child.
+    FollowUp,
+    /// [`Shape::Optimistic`]: every job races on a shared counter.
+    Optimistic,
 }
 
 /// The key of a job's follow-up.
