@@ -705,6 +705,58 @@ fn follow_ups_are_sent_once_their_parent_commits() {
     );
 }
 
+/// The DynamoDB model: an update that fails on the stored item's data
+/// cancels its transaction with a `ValidationError` reason at its index,
+/// whatever the data error (tests/sim/dynamodb.rs, `transact`); a
+/// malformed expression is a plain `ValidationException`.
+#[test]
+fn transaction_data_errors_are_validation_error_reasons() {
+    use serde_json::json;
+    use sim::net::Reply;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut ddb = sim::dynamodb::Ddb::default();
+        ddb.add_table("t", "pk", None);
+        let mut history = sim::check::History::default();
+        let wall = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let put = json!({"Put": {"TableName": "t", "Item": {"pk": {"S": "a"}, "s": {"S": "text"}}}});
+        let update = |expression: &str| {
+            json!({"TransactItems": [
+                {"Update": {"TableName": "t", "Key": {"pk": {"S": "a"}}, "UpdateExpression": expression,
+                            "ExpressionAttributeValues": {":one": {"N": "1"}}}},
+                {"Put": {"TableName": "t", "Item": {"pk": {"S": "b"}}}}
+            ]})
+        };
+        let reply = ddb.apply("TransactWriteItems", &json!({"TransactItems": [put]}), wall, &mut history);
+        assert!(matches!(reply, Reply::Ok(_)), "{reply:?}");
+        // Past the hold the model keeps on a committed transaction's items.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        for (expression, message) in [
+            ("SET n = missing + :one", "does not exist in the item"),
+            ("ADD s :one", "incorrect data type"),
+        ] {
+            match ddb.apply("TransactWriteItems", &update(expression), wall, &mut history) {
+                Reply::Error { kind, extra, .. } => {
+                    assert!(kind.ends_with("#TransactionCanceledException"), "{expression}: {kind}");
+                    let reasons = &extra["CancellationReasons"];
+                    assert_eq!(reasons[0]["Code"], "ValidationError", "{expression}: {reasons}");
+                    assert!(reasons[0]["Message"].as_str().unwrap_or_default().contains(message), "{expression}: {reasons}");
+                    assert_eq!(reasons[1]["Code"], "None", "{expression}: {reasons}");
+                }
+                other => panic!("{expression}: {other:?}"),
+            }
+        }
+        match ddb.apply("TransactWriteItems", &update("SET n = = :one"), wall, &mut history) {
+            Reply::Error { kind, .. } => assert!(kind.ends_with("#ValidationException"), "{kind}"),
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
 /// idemq's local worker (`idemq::worker::serve`, src/worker.rs) as the
 /// host instead of Lambda: 2 or 3 worker processes long-poll the source
 /// queue, half of their lives end in a kill at an await point (batches in

@@ -340,12 +340,20 @@ impl Ddb {
         // cancels it with `ValidationError` at its index
         // (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>,
         // TransactionCanceledException: "An item size becomes too large").
-        // An update whose operand has the wrong type cancels it the same
-        // way ("An operand in the update expression has an incorrect data
+        // An update that fails on the stored item's data cancels it the
+        // same way, whatever the data error: an operand of the wrong type
+        // ("An operand in the update expression has an incorrect data
         // type" is a ValidationError reason:
         // <https://repost.aws/knowledge-center/dynamodb-transactwriteitems>;
         // moto answers a plain ValidationException, so
-        // tests/sim_conformance.rs pins that divergence).
+        // tests/sim_conformance.rs pins that divergence), or an attribute
+        // the item lacks (a response DynamoDB gave, quoted in
+        // <https://github.com/aws/aws-sdk-net/issues/1292>: reasons
+        // `[None, ValidationError]`, "The provided expression refers to an
+        // attribute that does not exist in the item"). The API page counts
+        // both as "a user error, such as an invalid data format". The test
+        // kit's MemoryDynamoDb answers the same; a malformed expression is
+        // refused before this, as a plain ValidationException.
         let mut staged = Vec::new();
         let mut invalid: Vec<Option<String>> = Vec::new();
         for o in &ops {
@@ -358,11 +366,11 @@ impl Ddb {
                     );
                     staged.push(s);
                 }
-                Err(Reply::Error { message, .. }) if message.starts_with(INCORRECT_TYPE) => {
+                Err(Reply::Error { message, .. }) => {
                     invalid.push(Some(message));
                     staged.push(None);
                 }
-                Err(e) => return e,
+                Err(ok @ Reply::Ok(_)) => return ok,
             }
         }
         if invalid.iter().any(Option::is_some) {
@@ -654,10 +662,6 @@ fn too_large(state: &Option<Option<Item>>) -> Result<(), Reply> {
 pub fn table_name(table: &str) -> &str {
     table.rsplit_once(":table/").map_or(table, |(_, n)| n)
 }
-
-/// The start of DynamoDB's message for an update operand of the wrong type
-/// (the test kit's expression engine says which operator and types after it).
-const INCORRECT_TYPE: &str = "An operand in the update expression has an incorrect data type";
 
 /// Refuses a request whose `ExpressionAttributeNames` or
 /// `ExpressionAttributeValues` define a placeholder no expression uses, as
