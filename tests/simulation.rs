@@ -713,11 +713,7 @@ fn follow_ups_are_sent_once_their_parent_commits() {
 fn transaction_data_errors_are_validation_error_reasons() {
     use serde_json::json;
     use sim::net::Reply;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
+    let rt = sim::paused_runtime();
     rt.block_on(async {
         let mut ddb = sim::dynamodb::Ddb::default();
         ddb.add_table("t", "pk", None);

@@ -37,6 +37,17 @@ use check::History;
 use faults::Faults;
 use net::Reply;
 
+/// The runtime a run lives on: one thread, tokio's clock paused (it jumps
+/// to the next timer whenever every task waits), so a simulated day takes
+/// no wall time waiting.
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 /// Everything the services hold, behind one lock (one thread runs a seed).
 pub struct World {
     pub sqs: sqs::Sqs,

@@ -298,11 +298,7 @@ fn quiet_simulated_panics() {
 /// Runs `config` on a fresh paused current-thread runtime.
 pub fn run(config: &Config) -> Outcome {
     quiet_simulated_panics();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
+    let rt = super::paused_runtime();
     let out = rt.block_on(simulate(config.clone()));
     idemq::clock::real();
     out

@@ -149,11 +149,7 @@ impl Floor {
 /// configuration over [`Instant`], on one thread, on a paused clock as the
 /// runs have.
 pub fn floor(n: u32) -> Floor {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("runtime");
+    let rt = super::paused_runtime();
     rt.block_on(async {
         let http = http_client_fn(|_, _| SharedHttpConnector::new(Instant));
         let (sqs, ddb) = super::net::clients_over(http, 0);
