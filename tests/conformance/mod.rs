@@ -12,7 +12,6 @@ pub mod dynamodb;
 pub mod sqs;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -47,16 +46,6 @@ pub struct QueueSpec {
     pub redrive: Option<(String, u32)>,
 }
 
-fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}-{}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed),
-        rand::random::<u16>()
-    )
-}
-
 impl Backend {
     /// Waits `d`: virtual time on the model, real time on the stack (the
     /// model's runtime is paused, so the same call serves both).
@@ -65,7 +54,7 @@ impl Backend {
     }
 
     pub async fn queue(&self, spec: QueueSpec) -> String {
-        let name = unique("conf");
+        let name = crate::common::unique("conf");
         match &self.world {
             Some(world) => {
                 let mut q = Queue::new(
@@ -133,7 +122,7 @@ impl Backend {
 
     /// A table with a String partition key `key` and no sort key.
     pub async fn table(&self, key: &str) -> String {
-        let name = unique("conf");
+        let name = crate::common::unique("conf");
         match &self.world {
             Some(world) => world.lock().expect("world").ddb.add_table(&name, key, None),
             None => {
