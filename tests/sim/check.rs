@@ -53,30 +53,28 @@ impl History {
     }
 }
 
-/// The job key (`"k"`) of a body.
-pub fn job_of(body: &str) -> Option<String> {
+/// A string field of a job's JSON body.
+fn body_field(body: &str, name: &str) -> Option<String> {
     serde_json::from_str::<Value>(body)
         .ok()?
-        .get("k")?
+        .get(name)?
         .as_str()
         .map(str::to_owned)
+}
+
+/// The job key (`"k"`) of a body.
+pub fn job_of(body: &str) -> Option<String> {
+    body_field(body, "k")
 }
 
 /// A FIFO job's message group (its body's `"g"`).
 pub fn group_of(body: &str) -> Option<String> {
-    serde_json::from_str::<Value>(body)
-        .ok()?
-        .get("g")?
-        .as_str()
-        .map(str::to_owned)
+    body_field(body, "g")
 }
 
 /// What a job is meant to do (from its body's `"kind"`).
 pub fn kind_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_default()
+    body_field(body, "kind").unwrap_or_default()
 }
 
 #[derive(Debug, Default, Clone)]
