@@ -15,7 +15,7 @@
 //! the floor times the requests per job bounds the rate any model could
 //! reach under the real clients.
 
-use std::time::Instant as WallInstant;
+use std::time::Instant;
 
 use aws_smithy_runtime_api::client::http::{
     HttpConnector, HttpConnectorFuture, SharedHttpConnector, http_client_fn,
@@ -28,6 +28,9 @@ use serde_json::{Value, json};
 
 use super::run::{Config, TABLE, run};
 use super::shapes::{Shape, effect};
+
+/// The body of every job the floor sends or commits.
+const BODY: &str = r#"{"k":"j0001","kind":"plain","n":417}"#;
 
 /// What the campaign part measured.
 #[derive(Debug, Default, Clone, Copy)]
@@ -65,7 +68,7 @@ impl Rate {
 /// Seeds `first..first + seeds` of the standard campaign over `threads`
 /// threads at once.
 pub fn campaign_rate(first: u64, seeds: u64, hours: f64, threads: u64) -> Rate {
-    let started = WallInstant::now();
+    let started = Instant::now();
     let shares: Vec<(u64, u64, f64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -100,9 +103,9 @@ pub fn campaign_rate(first: u64, seeds: u64, hours: f64, threads: u64) -> Rate {
 /// Answers every request at once: `{}`, or for `SendMessageBatch` every
 /// entry sent (what idemq's producer reads).
 #[derive(Debug, Clone)]
-struct Instant;
+struct AnswersAtOnce;
 
-impl HttpConnector for Instant {
+impl HttpConnector for AnswersAtOnce {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let target = request.headers().get("x-amz-target").unwrap_or_default();
         let body = if target.ends_with(".SendMessageBatch") {
@@ -146,28 +149,27 @@ impl Floor {
 }
 
 /// The floor: `n` requests of each kind through the simulation's SDK
-/// configuration over [`Instant`], on one thread, on a paused clock as the
-/// runs have.
+/// configuration over [`AnswersAtOnce`], on one thread, on a paused clock
+/// as the runs have.
 pub fn floor(n: u32) -> Floor {
     let rt = super::paused_runtime();
     rt.block_on(async {
-        let http = http_client_fn(|_, _| SharedHttpConnector::new(Instant));
+        let http = http_client_fn(|_, _| SharedHttpConnector::new(AnswersAtOnce));
         let (sqs, ddb) = super::net::clients_over(http, 0);
         let committer = Committer::new(
             ddb.clone(),
             TableLayout::new(TABLE),
             std::time::Duration::from_secs(86_400),
         );
-        let body = r#"{"k":"j0001","kind":"plain","n":417}"#;
         let transaction = commits(&committer, &ddb, Shape::Separate, n).await;
         let single_write = commits(&committer, &ddb, Shape::FusedSingle, n).await;
         let producer = Producer::with_client(sqs, super::sqs::url("sim-jobs"))
             .await
             .expect("producer");
-        let started = WallInstant::now();
+        let started = Instant::now();
         for i in 0..n {
             producer
-                .send_job(Job::raw(format!("j{i:04}"), body))
+                .send_job(Job::raw(format!("j{i:04}"), BODY))
                 .await
                 .expect("sent");
         }
@@ -187,8 +189,8 @@ async fn commits(
     shape: Shape,
     n: u32,
 ) -> f64 {
-    let hash = idemq::PayloadHash::of(br#"{"k":"j0001","kind":"plain","n":417}"#);
-    let started = WallInstant::now();
+    let hash = idemq::PayloadHash::of(BODY.as_bytes());
+    let started = Instant::now();
     for i in 0..n {
         let k = format!("j{i:04}");
         let id = idemq::JobId::new(k.clone()).expect("job id");
