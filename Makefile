@@ -7,11 +7,12 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick bench-size bench-sim
+.PHONY: help demo test artifacts test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick bench-size bench-sim
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
 	@echo "make test        all tests (starts and stops the local stack)"
+	@echo "make artifacts   build each shipped artifact as its user does (library feature sets, functions, cargo install, cargo package)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
 	@echo "make sim         the deterministic simulation, longer (SEEDS=1000 FIFO_SEEDS=250 HOURS=24; FIRST=1)"
 	@echo "make lint        cargo fmt --check and clippy -D warnings"
@@ -33,6 +34,10 @@ demo:
 
 test:
 	@scripts/test.sh
+
+# Part of make test; alone: `make artifacts` or `scripts/artifacts.sh library`.
+artifacts:
+	@scripts/artifacts.sh
 
 test-chaos:
 	@CHAOS_JOBS=1000 scripts/chaos.sh

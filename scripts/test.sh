@@ -36,6 +36,14 @@ if [ -n "$unexpected" ]; then
     exit 1
 fi
 
+echo "== every shipped artifact, built as its user builds it (no dev-dependencies)"
+# The library under each feature combination, a Lambda-only function
+# outside the package and the bootstrap the SAM template deploys, the
+# idemq binary as `cargo install` builds it, and the packaged crate:
+# `cargo test` below unifies the dev-dependencies' features into all of
+# them and cannot see a feature one of them forgot (scripts/artifacts.sh).
+scripts/artifacts.sh
+
 echo "== local AWS stack"
 if ! scripts/stack.sh status >/dev/null 2>&1; then started_here=1; fi
 scripts/stack.sh up
@@ -48,28 +56,6 @@ echo "== cargo test (unit, mocked SDK, local stack, CLI)"
 cargo test --locked --all-targets --features testing
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features testing
-
-echo "== a Lambda-only crate outside the package (tests/outside)"
-# idemq with default-features = false, features = ["lambda"], as a user's
-# function depends on it: it must build, and compile no CLI, progress-bar,
-# failpoint or regex crate. Its lock holds the root lock's versions, so the
-# build reuses what the steps above compiled (same target dir) wherever the
-# features agree.
-outside=tests/outside/Cargo.toml
-drift=$(comm -23 \
-    <(awk '/^name = /{n=$3} /^version = /{print n, $3}' tests/outside/Cargo.lock | grep -v '^"idemq' | sort) \
-    <(awk '/^name = /{n=$3} /^version = /{print n, $3}' Cargo.lock | sort))
-if [ -n "$drift" ]; then
-    printf 'tests/outside/Cargo.lock has versions the root Cargo.lock does not (refresh it: see tests/outside/Cargo.toml):\n%s\n' "$drift" >&2
-    exit 1
-fi
-cargo build --locked --manifest-path "$outside" --target-dir target
-heavy=$(cargo tree --locked -e normal --prefix none --manifest-path "$outside" \
-    | grep -E '^(clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers|aws-sdk-sns) v' | sort -u || true)
-if [ -n "$heavy" ]; then
-    printf 'a Lambda-only dependent compiles crates it should not:\n%s\n' "$heavy" >&2
-    exit 1
-fi
 
 echo "== infra templates (rules, least privilege, cfn-lint, terraform fmt, local CloudFormation)"
 scripts/infra_test.sh
