@@ -28,7 +28,7 @@
 use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::Item;
+use idemq::effect::{Item, read_version};
 use idemq::followup::FollowUp;
 use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::{Effect, Key, Write};
@@ -117,14 +117,15 @@ impl Handler for Ledger {
     }
 }
 
-// ---- LEDGER_OCC=1: the credit as optimistic concurrency (issue 14 part 2) ----
+// ---- LEDGER_OCC=1: the credit as optimistic concurrency ----
 
 /// The ledger with `LEDGER_OCC=1`: the credit is a consistent read of
 /// `account#<account>` (`balance` and `version`, both numbers), then a Put
-/// of `balance + amount` and `version + 1` guarded by the version read (or,
-/// for a new account, by its absence; then `version` = 1). The guard is
-/// [`Write::optimistic`]: a transfer that loses the race to another one on
-/// the same account is run again, not dead-lettered. Checks, outage and
+/// of `balance + amount` and `version + 1` guarded by the version read
+/// ([`Write::if_version`]: an account without a version, new or created by
+/// the plain ledger, is version 0). The guard is optimistic: a transfer
+/// that loses the race to another one on the same account is run again,
+/// not dead-lettered. Checks, outage and
 /// ledger entry (the marker) are the plain ledger's.
 pub struct OccLedger {
     pub ledger: Ledger,
@@ -147,17 +148,18 @@ impl Handler for OccLedger {
             .consistent_read(true)
             .send()
             .await?;
-        let number = |name: &str| -> Result<i64, JobError> {
-            read.item()
-                .and_then(|item| item.get(name))
-                .map_or(Ok(0), |v| {
-                    v.as_n()
-                        .ok()
-                        .and_then(|n| n.parse().ok())
-                        .ok_or_else(|| JobError::permanent(format!("{name} is not a number")))
-                })
+        let stored = read.item();
+        let balance = match stored.and_then(|item| item.get("balance")) {
+            None => 0,
+            Some(v) => v
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse::<i64>().ok())
+                .ok_or_else(|| JobError::permanent("balance is not a number"))?,
         };
-        let (balance, version) = (number("balance")?, number("version")?);
+        // 0 for a new account and for one the plain ledger created (no
+        // version yet): `if_version` accepts both.
+        let version = read_version(stored, "version").map_err(JobError::permanent)?;
         let account = Item::from([
             (
                 "balance".to_string(),
@@ -168,19 +170,17 @@ impl Handler for OccLedger {
                 AttributeValue::N((version + 1).to_string()),
             ),
         ]);
-        let credit = Write::put(&table, key.clone(), account);
-        let credit = match read.item() {
-            None => credit.condition("attribute_not_exists(pk)"),
-            Some(_) => credit
-                .condition("version = :read")
-                .value(":read", AttributeValue::N(version.to_string())),
-        };
-        // The plain effect with its `ADD balance` replaced by the guarded Put.
-        let mut effect = Effect::new().with(credit.optimistic());
+        let credit = Write::put(&table, key.clone(), account).if_version("version", version);
+        // The plain effect with its `ADD balance` replaced by the guarded
+        // Put, and its follow-ups kept.
+        let mut effect = Effect::new().with(credit);
         for write in plain.writes() {
             if write.key() != &key && Some(write) != plain.fused_marker() {
                 effect.push(write.clone());
             }
+        }
+        for follow_up in plain.follow_ups() {
+            effect.push_follow_up(follow_up.clone());
         }
         Ok(match plain.fused_marker() {
             Some(entry) => effect.marked_by(entry.clone()),

@@ -6,9 +6,11 @@
 //! (sent with `idemq-job-id = order_id`). The handler reads `stock#<sku>`
 //! (`stock` and `version`, both numbers) with a consistent read, and
 //! returns a Put of `stock + delta`, `version + 1`, guarded by
-//! `version = :read` (or, for a new item, `attribute_not_exists(pk)`).
-//! [`Write::optimistic`] says that guard failing is a lost race, not a
-//! business "no": idemq runs the handler again (re-reading) a few times in
+//! [`Write::if_version`]: `version = :read`, where a missing version
+//! (a new item, or one written before versions) reads as 0 and passes
+//! the guard while it is still missing. The guard is optimistic
+//! ([`Write::optimistic`]): its failing is a lost race, not a business
+//! "no": idemq runs the handler again (re-reading) a few times in
 //! the same invocation (`IDEMQ_CONTENTION_RETRIES`, default 3), then backs
 //! off through SQS like any transient failure. Lost races are counted in
 //! the `JobsContended` metric.
@@ -27,7 +29,7 @@
 //! answers SQS events.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::Item;
+use idemq::effect::{Item, read_version};
 use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::{Effect, Key, Write};
 use serde::Deserialize;
@@ -83,9 +85,11 @@ impl Handler for Inventory {
                     })
                 })
         };
-        let (stock, version) = match read.item() {
-            Some(item) => (number(item, "stock")?, number(item, "version")?),
-            None => (0, 0),
+        // A missing version is 0: the stock item may predate versioning.
+        let version = read_version(read.item(), "version").map_err(JobError::permanent)?;
+        let stock = match read.item() {
+            Some(item) => number(item, "stock")?,
+            None => 0,
         };
         let left = stock + job.delta;
         if left < 0 {
@@ -102,14 +106,9 @@ impl Handler for Inventory {
                 AttributeValue::N((version + 1).to_string()),
             ),
         ]);
-        let write = Write::put(&self.table, key, counter);
-        let write = if version == 0 {
-            write.condition("attribute_not_exists(pk)")
-        } else {
-            write
-                .condition("version = :read")
-                .value(":read", AttributeValue::N(version.to_string()))
-        };
+        // `version = :read`, or for version 0 also "no version yet" (a
+        // new item, or one written before versions).
+        let write = Write::put(&self.table, key, counter).if_version("version", version);
         let order = Item::from([
             ("sku".to_string(), AttributeValue::S(job.sku)),
             (
@@ -117,7 +116,7 @@ impl Handler for Inventory {
                 AttributeValue::N(job.delta.to_string()),
             ),
         ]);
-        Ok(Effect::new().with(write.optimistic()).marked_by(Write::put(
+        Ok(Effect::new().with(write).marked_by(Write::put(
             &self.table,
             Key::string("pk", format!("order#{}", job.order_id)),
             order,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The peer benchmark (issue 7): idemq's Lambda function, a plain Rust consumer
+# The peer benchmark: idemq's Lambda function, a plain Rust consumer
 # (the ceiling) and Powertools for AWS Lambda (Python) on the same ledger jobs,
 # the same batches, the same local stack, in one run. See BENCHMARKS.md.
 #

@@ -105,6 +105,17 @@ impl Message {
         self.attributes.get(JOB_ID_ATTRIBUTE)?.string_value()
     }
 
+    /// When the job's first copy was enqueued: the
+    /// [`FIRST_ENQUEUED_ATTRIBUTE`](crate::job::FIRST_ENQUEUED_ATTRIBUTE)
+    /// a later copy carries, else this message's `SentTimestamp`; `None`
+    /// if neither is there (or the attribute is not epoch milliseconds).
+    pub fn first_enqueued(&self) -> Option<SystemTime> {
+        match self.attributes.get(crate::job::FIRST_ENQUEUED_ATTRIBUTE) {
+            Some(v) => v.string_value().and_then(epoch_ms),
+            None => self.sent_at,
+        }
+    }
+
     /// How long the message has been on this queue at `now`; zero if its
     /// `SentTimestamp` is ahead of this host's clock.
     pub fn age(&self, now: SystemTime) -> Option<Duration> {
@@ -343,6 +354,13 @@ impl Core {
                     }
                 }
             }
+            // One is enough to alarm on: every job fails alike until a
+            // deploy fixes it.
+            if let Verdict::Retry { failure, .. } | Verdict::DeadLetter { failure } = &verdict
+                && failure.kind == crate::classify::FailureKind::Deployment
+            {
+                m.misconfigured += 1;
+            }
             if let Some(took) = took {
                 m.job_durations.push(took);
             }
@@ -447,6 +465,7 @@ impl Core {
                             job_id: id.clone(),
                             attempt: msg.receive_count,
                             queue: queue.name.clone(),
+                            namespace: self.committer.layout().namespace_for(&queue.name).into(),
                             queue_url: queue.url.clone(),
                             message_id: msg.message_id.clone(),
                             deadline,

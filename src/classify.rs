@@ -64,14 +64,22 @@ pub enum FailureKind {
     /// [`Write::optimistic`](crate::effect::Write::optimistic) condition
     /// failed) more times in one invocation than
     /// [`BatchConfig::contention_retries`](crate::config::BatchConfig::contention_retries)
-    /// allows: retried with backoff, like a transient failure.
+    /// allows, or lost races to concurrent transactions on its items
+    /// (`TransactionConflict`) as often: retried with backoff, like a
+    /// transient failure.
     Contended,
+    /// The deployment, not the job: the function's role lacks a permission
+    /// on a table the commit writes, or the table does not exist. Every job
+    /// fails alike until a deploy fixes it; retried with backoff (nothing
+    /// is lost meanwhile), counted as `JobsMisconfigured` and logged as an
+    /// error.
+    Deployment,
 }
 
 impl FailureKind {
     /// The kind's name as stored in failure records: `transient`,
     /// `permanent`, `conflict`, `rejected`, `panic`, `timeout`,
-    /// `contended`.
+    /// `contended`, `deployment`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Transient => "transient",
@@ -81,6 +89,7 @@ impl FailureKind {
             Self::Panic => "panic",
             Self::Timeout => "timeout",
             Self::Contended => "contended",
+            Self::Deployment => "deployment",
         }
     }
 }
@@ -181,14 +190,26 @@ pub(crate) fn classify(attempt: Attempt) -> Verdict {
                 )),
                 None,
             ),
+            // Likewise what is left of races lost to concurrent
+            // transactions.
+            CommitOutcome::Collided { reason } => retry(
+                FailureKind::Contended,
+                &Message(format!(
+                    "lost races to concurrent transactions on the same items: {reason}"
+                )),
+                None,
+            ),
         },
         Attempt::Commit(Err(e)) => match e {
             CommitError::Effect(_) | CommitError::Invalid(_) => dead(FailureKind::Permanent, &e),
             // A missing table or a denied permission is fixed by a deploy,
-            // not by the job: keep retrying until redrive gives up.
-            CommitError::TableNotFound(_) | CommitError::Service(_) => {
-                retry(FailureKind::Transient, &e, None)
+            // not by the job: retried, so nothing is lost meanwhile, but
+            // recorded as what it is (not as a transient failure whose
+            // retries ran out) and alarmed on at the first one.
+            CommitError::TableNotFound(_) | CommitError::AccessDenied { .. } => {
+                retry(FailureKind::Deployment, &e, None)
             }
+            CommitError::Service(_) => retry(FailureKind::Transient, &e, None),
         },
     }
 }
@@ -214,12 +235,14 @@ pub(crate) fn contention_pause<R: rand::Rng + ?Sized>(lost: u32, rng: &mut R) ->
 }
 
 /// Runs one attempt at a job (`run`: handler then commit) and, while its
-/// commit is [`CommitOutcome::Contended`], runs it again after a
-/// [`contention_pause`]: at most `retries` times, and never once the run
-/// could no longer start before `start_by` (the batch's
+/// commit is a lost race ([`CommitOutcome::Contended`], or
+/// [`CommitOutcome::Collided`]: cancelled by a concurrent transaction on
+/// one of its items), runs it again after a [`contention_pause`]: at most
+/// `retries` times, and never once the run could no longer start before
+/// `start_by` (the batch's
 /// [`Budget::start_by`](crate::batch::Budget::start_by), after which no job
-/// starts). What is left is classified as usual (a contended outcome
-/// becomes a retry with backoff). Every lost race adds one to `lost`
+/// starts). What is left is classified as usual (a lost race becomes a
+/// retry with backoff). Every lost race adds one to `lost`
 /// (`JobsContended`).
 ///
 /// Re-running here rather than handing the message back with visibility 0
@@ -241,8 +264,12 @@ where
     let mut lost_here = 0u32;
     loop {
         let commit = run().await?;
-        let Ok(CommitOutcome::Contended { index, .. }) = &commit else {
-            return Ok(commit);
+        let what = match &commit {
+            Ok(CommitOutcome::Contended { index, .. }) => {
+                format!("an optimistic-concurrency race on effect write {index}")
+            }
+            Ok(CommitOutcome::Collided { reason }) => reason.clone(),
+            _ => return Ok(commit),
         };
         lost.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         lost_here += 1;
@@ -255,9 +282,9 @@ where
         }
         tracing::info!(
             lost = lost_here,
-            write = index,
+            race = what,
             pause_ms = pause.as_millis() as u64,
-            "lost an optimistic-concurrency race; running the job again"
+            "lost a race; running the job again"
         );
         tokio::time::sleep(pause).await;
     }
@@ -447,7 +474,7 @@ mod tests {
         ));
     }
 
-    /// Issue 13: `?` in a handler makes any error a transient `JobError`
+    /// `?` in a handler makes any error a transient `JobError`
     /// that keeps its cause chain, and a serde_json error's quoted values
     /// stay out of the failure.
     #[test]
@@ -546,7 +573,7 @@ mod tests {
         );
     }
 
-    /// Issue 16 item 1: serde quotes the offending value; the failure record,
+    /// serde quotes the offending value; the failure record,
     /// `idemq-error` and `idemq dlq` must never carry it.
     #[test]
     fn undecodable_body_never_carries_the_offending_value() {
@@ -636,7 +663,7 @@ mod tests {
         assert!(missing.stays_on_queue());
     }
 
-    /// Issue 14 part 2: a lost race left over after the in-invocation
+    /// A lost race left over after the in-invocation
     /// re-runs backs off like a transient failure, never the DLQ; a
     /// rejection stays a dead letter.
     #[test]
@@ -720,6 +747,72 @@ mod tests {
         // No time left to start another run: backs off at once.
         let (_, runs, _) = rerun(3, Duration::ZERO, vec![contended()]);
         assert_eq!(runs, 1);
+    }
+
+    fn collided() -> Result<Result<CommitOutcome, CommitError>, Attempt> {
+        Ok(Ok(CommitOutcome::Collided {
+            reason: "transaction cancelled: TransactionConflict on the marker".into(),
+        }))
+    }
+
+    /// A transaction cancelled by a concurrent one on its items applied
+    /// nothing: run again in the invocation like an optimistic race, with
+    /// the same bound; what outlasts it backs off as `contended`.
+    #[test]
+    fn transaction_conflicts_are_run_again_with_the_same_bound() {
+        let (out, runs, lost) = rerun(
+            3,
+            Duration::from_secs(60),
+            vec![collided(), contended(), Ok(Ok(CommitOutcome::Duplicate))],
+        );
+        assert!(matches!(out, Ok(Ok(CommitOutcome::Duplicate))));
+        assert_eq!((runs, lost), (3, 2));
+        let script = (0..4).map(|_| collided()).collect();
+        let (out, runs, _) = rerun(3, Duration::from_secs(60), script);
+        assert_eq!(runs, 4);
+        let Ok(Ok(outcome)) = out else {
+            panic!("{out:?}")
+        };
+        match classify(Attempt::Commit(Ok(outcome))) {
+            Verdict::Retry {
+                failure,
+                retry_after: None,
+            } => {
+                assert_eq!(failure.kind, FailureKind::Contended);
+                assert!(failure.error.contains("TransactionConflict"), "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A denied permission or a missing table is the deployment's fault:
+    /// retried (a deploy fixes it and nothing is lost), but as `deployment`,
+    /// never as a transient failure.
+    #[test]
+    fn deployment_errors_are_retried_as_deployment_errors() {
+        for e in [
+            CommitError::AccessDenied {
+                needs: "dynamodb:UpdateItem on table accounts".into(),
+                message: "not authorized to perform: dynamodb:UpdateItem".into(),
+            },
+            CommitError::TableNotFound("accounts".into()),
+        ] {
+            match classify(Attempt::Commit(Err(e))) {
+                Verdict::Retry {
+                    failure,
+                    retry_after: None,
+                } => {
+                    assert_eq!(failure.kind, FailureKind::Deployment);
+                    assert_eq!(failure.kind.as_str(), "deployment");
+                    assert!(failure.error.contains("accounts"), "{failure:?}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let other = classify(Attempt::Commit(Err(CommitError::Service("x".into()))));
+        assert!(
+            matches!(&other, Verdict::Retry { failure, .. } if failure.kind == FailureKind::Transient)
+        );
     }
 
     #[test]

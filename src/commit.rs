@@ -27,12 +27,15 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 
-use crate::config::TableLayout;
+use crate::config::{LegacyMarkers, TableLayout};
 use crate::effect::{Effect, EffectError, Item, MarkerSlot, Write};
 use crate::job::{JobId, PayloadHash};
 
 mod contention;
+mod deployment;
+mod replaced;
 mod single;
+mod switch;
 
 /// What happened to one job's commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +72,19 @@ pub enum CommitOutcome {
         /// DynamoDB's message.
         reason: String,
     },
-    /// Contention, throttling, a timeout or a server error: nothing is known
-    /// to be applied, and trying again later is safe.
+    /// DynamoDB cancelled the transaction because another request was
+    /// writing one of its items at the same moment (cancellation reason
+    /// `TransactionConflict`; for a single write,
+    /// `TransactionConflictException`). Nothing was applied, no marker
+    /// left: a lost race like [`Contended`](Self::Contended), and re-run
+    /// the same way (the job may then commit, or find the other request's
+    /// marker and be a duplicate).
+    Collided {
+        /// Which item was held and DynamoDB's message.
+        reason: String,
+    },
+    /// Throttling, a timeout or a server error: nothing is known to be
+    /// applied, and trying again later is safe.
     Transient {
         /// What happened, for the failure record and the logs.
         reason: String,
@@ -86,9 +100,20 @@ pub enum CommitError {
     /// DynamoDB refused the request as invalid.
     #[error("DynamoDB refused the transaction as invalid: {0}")]
     Invalid(String),
-    /// A table written does not exist.
+    /// A table written does not exist: a deployment error. When DynamoDB
+    /// did not say which, every table the commit writes, `a or b`.
     #[error("table {0} does not exist")]
     TableNotFound(String),
+    /// The function's role lacks a permission the commit needs
+    /// (`AccessDeniedException`): a deployment error.
+    #[error("access denied: the role needs {needs}; DynamoDB said: {message}")]
+    AccessDenied {
+        /// Every permission the request needed, `dynamodb:PutItem on table
+        /// idemq, …` (DynamoDB's message names the one it refused).
+        needs: String,
+        /// DynamoDB's message.
+        message: String,
+    },
     /// Any other error DynamoDB returned.
     #[error("DynamoDB error: {0}")]
     Service(String),
@@ -101,7 +126,9 @@ pub struct JobRef<'a> {
     pub id: &'a JobId,
     /// The hash of the job's payload.
     pub payload_hash: &'a PayloadHash,
-    /// The source queue (name or URL), stored in the marker for operators.
+    /// The source queue (name or URL), stored in the marker for operators;
+    /// its name is the consumer's namespace unless the layout sets one
+    /// ([`TableLayout::namespace_for`]).
     pub queue: &'a str,
 }
 
@@ -127,17 +154,29 @@ pub struct Committer {
     client: Client,
     layout: TableLayout,
     marker_ttl: Duration,
+    legacy: LegacyMarkers,
 }
 
 impl Committer {
     /// A committer writing markers into `layout`'s table, kept for
-    /// `marker_ttl`.
+    /// `marker_ttl`. It reads no legacy (un-namespaced) markers: a consumer
+    /// upgraded over a table an earlier version wrote sets
+    /// [`Committer::with_legacy_markers`] (the host does, from
+    /// `IDEMQ_LEGACY_MARKERS`, reading them by default).
     pub fn new(client: Client, layout: TableLayout, marker_ttl: Duration) -> Self {
         Self {
             client,
             layout,
             marker_ttl,
+            legacy: LegacyMarkers::Off,
         }
+    }
+
+    /// Whether a commit first looks for the job's marker under the key an
+    /// earlier version wrote ([`LegacyMarkers`]).
+    pub fn with_legacy_markers(mut self, legacy: LegacyMarkers) -> Self {
+        self.legacy = legacy;
+        self
     }
 
     /// The idemq table's layout.
@@ -195,7 +234,13 @@ impl Committer {
         let plan = Plan::of(effect);
         let mut items = Vec::with_capacity(effect.len() + 1);
         if effect.uses_separate_marker() {
-            items.push(self.marker_put(job, crate::clock::now(), effect)?);
+            let now = crate::clock::now();
+            if self.legacy.read_at(now)
+                && let Some(outcome) = self.legacy_marker(job, stored).await
+            {
+                return Ok(outcome);
+            }
+            items.push(self.marker_put(job, now, effect)?);
         }
         for (index, write) in effect.writes().iter().enumerate() {
             items.push(if effect.fused_index() == Some(index) {
@@ -203,9 +248,10 @@ impl Committer {
                     .put(self.fused_put(job, write, effect)?.into_put()?)
                     .build()
             } else {
-                write.to_sdk()?
+                self.switch_write(job, effect, write)?
             });
         }
+        items.extend(self.switch_checks(job, effect)?);
         if items.is_empty() {
             return Ok(CommitOutcome::Committed);
         }
@@ -232,10 +278,21 @@ impl Committer {
                 if let Some(named) = key_schema_attribute(message) {
                     return Ok(self.key_schema_mismatch(effect, plan, None, named, message));
                 }
-                return classify_sdk_error(err, &self.layout.table_name);
+                return classify_sdk_error(err, &self.needs(effect));
             }
-            _ => return classify_sdk_error(err, &self.layout.table_name),
+            _ => return classify_sdk_error(err, &self.needs(effect)),
         };
+        let other_forms = switch::other_forms(effect, plan, reasons, |item| {
+            self.parse_marker(item)
+                .is_some_and(|m| m.job_id == job.id.as_str())
+        });
+        if !other_forms.is_empty()
+            && let Some(outcome) = self
+                .settle_other_form(job, effect, other_forms, stored)
+                .await
+        {
+            return Ok(outcome);
+        }
         match classify_cancellation(reasons, plan) {
             Cancellation::Outcome(outcome) => {
                 Ok(contention::lost_race(effect, plan, reasons, outcome))
@@ -340,7 +397,7 @@ impl Committer {
             None => match fused {
                 Some((_, w)) => self.read_item(w.table(), w.key().as_item()).await,
                 None => {
-                    self.read_item(&self.layout.table_name, &self.marker_key(job.id))
+                    self.read_item(&self.layout.table_name, &self.marker_key(job))
                         .await
                 }
             },
@@ -364,7 +421,7 @@ impl Committer {
             // A fused marker's key is the user's: the item there may be
             // another job's, or no job's at all. That is the business
             // outcome of the write, not a duplicate.
-            (m, Some((index, _))) if m.as_ref().is_none_or(|m| m.job_id != job.id.as_str()) => {
+            (m, Some((index, write))) if m.as_ref().is_none_or(|m| m.job_id != job.id.as_str()) => {
                 CommitOutcome::Rejected {
                     index,
                     reason: match m {
@@ -372,10 +429,7 @@ impl Committer {
                             "the item this job's marker creates exists and is another job's marker"
                                 .into()
                         }
-                        None => {
-                            "the item this job's marker creates exists and is not a job's marker"
-                                .into()
-                        }
+                        None => replaced::reason(write, &stored, effect),
                     },
                 }
             }
@@ -392,11 +446,53 @@ impl Committer {
         }
     }
 
-    fn marker_key(&self, job_id: &JobId) -> Item {
-        HashMap::from([(
-            self.layout.partition_key.clone(),
-            AttributeValue::S(self.layout.marker_key(job_id.as_str())),
-        )])
+    fn marker_key(&self, job: JobRef<'_>) -> Item {
+        let namespace = self.layout.namespace_for(job.queue);
+        self.key(self.layout.marker_key(namespace, job.id.as_str()))
+    }
+
+    fn key(&self, key: String) -> Item {
+        HashMap::from([(self.layout.partition_key.clone(), AttributeValue::S(key))])
+    }
+
+    /// The job's marker as an earlier version wrote it (no namespace), if
+    /// it is this consumer's: the outcome it settles, or `None` to commit.
+    ///
+    /// A legacy marker names the queue it was committed from; with the
+    /// default namespace (the queue's name) one that names another queue is
+    /// another consumer's, and does not make this job a duplicate. With a
+    /// namespace set, any legacy marker is taken as this consumer's: a job
+    /// is then never applied twice, at the cost of a fan-out job committed
+    /// before the upgrade staying skipped as before.
+    async fn legacy_marker(
+        &self,
+        job: JobRef<'_>,
+        duplicate_of: &mut Option<Item>,
+    ) -> Option<CommitOutcome> {
+        let key = self.key(self.layout.legacy_marker_key(job.id.as_str()));
+        let item = match self.read_item(&self.layout.table_name, &key).await {
+            Ok(item) => item?,
+            Err(e) => {
+                return Some(CommitOutcome::Transient {
+                    reason: format!("legacy marker could not be read: {e}"),
+                });
+            }
+        };
+        let m = self.parse_marker(&item)?;
+        let queue = crate::config::queue_name(&m.queue);
+        let ours = self.layout.namespace.is_some()
+            || queue.is_empty()
+            || queue == crate::config::queue_name(job.queue);
+        if !ours {
+            return None;
+        }
+        if &m.payload_hash == job.payload_hash {
+            *duplicate_of = Some(item);
+            return Some(CommitOutcome::Duplicate);
+        }
+        Some(CommitOutcome::Conflict {
+            stored_hash: m.payload_hash,
+        })
     }
 
     /// One item, by a consistent read.
@@ -413,12 +509,18 @@ impl Committer {
         Ok(out.item().cloned())
     }
 
-    /// Reads a job's separate marker with a consistent read. A fused marker
-    /// is the effect's own item: read it where the effect wrote it.
-    pub async fn read_marker(&self, job_id: &JobId) -> Result<Option<Marker>, CommitError> {
-        let item = self
-            .read_item(&self.layout.table_name, &self.marker_key(job_id))
-            .await?;
+    /// Reads a job's separate marker, as committed from `queue` (its
+    /// namespace: [`TableLayout::namespace_for`]), with a consistent read.
+    /// A fused marker is the effect's own item: read it where the effect
+    /// wrote it.
+    pub async fn read_marker(
+        &self,
+        queue: &str,
+        job_id: &JobId,
+    ) -> Result<Option<Marker>, CommitError> {
+        let namespace = self.layout.namespace_for(queue);
+        let key = self.key(self.layout.marker_key(namespace, job_id.as_str()));
+        let item = self.read_item(&self.layout.table_name, &key).await?;
         Ok(item.and_then(|item| self.parse_marker(&item)))
     }
 
@@ -452,7 +554,7 @@ impl Committer {
         let mut item: Item = HashMap::from([
             (
                 l.partition_key.clone(),
-                AttributeValue::S(l.marker_key(job.id.as_str())),
+                AttributeValue::S(l.marker_key(l.namespace_for(job.queue), job.id.as_str())),
             ),
             (l.job_id.clone(), AttributeValue::S(job.id.to_string())),
             (
@@ -625,16 +727,20 @@ pub(crate) fn key_schema_attribute(message: &str) -> Option<Option<&str>> {
     None
 }
 
-const TRANSIENT_CODES: [&str; 4] = [
-    "TransactionConflict",
+const THROTTLING_CODES: [&str; 3] = [
     "ProvisionedThroughputExceeded",
     "ThrottlingError",
     "RequestLimitExceeded",
 ];
 
+/// Another transaction or write held one of the items at the same moment
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling>,
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CancellationReason.html>).
+const CONFLICT_CODE: &str = "TransactionConflict";
+
 /// Reads cancellation reasons by index. Precedence: an existing marker
 /// settles it (the job is done, whatever else failed); then errors that a
-/// retry cannot fix; then contention and throttling, which a retry may turn
+/// retry cannot fix; then throttling and contention, which a retry may turn
 /// into any outcome; only then an effect condition, the business outcome.
 pub(crate) fn classify_cancellation(
     reasons: &[CancellationReason],
@@ -672,9 +778,24 @@ pub(crate) fn classify_cancellation(
         };
         return Cancellation::Invalid(format!("{what}: {}: {}", code(r), message(r)));
     }
-    if let Some((_, r)) = find(&|c| TRANSIENT_CODES.contains(&c)) {
+    if let Some((_, r)) = find(&|c| THROTTLING_CODES.contains(&c)) {
         return Cancellation::Outcome(CommitOutcome::Transient {
             reason: format!("transaction cancelled: {}: {}", code(r), message(r)),
+        });
+    }
+    // Throttling first: it wants the backoff, which a re-run at once would
+    // not give it.
+    if let Some((i, r)) = find(&|c| c == CONFLICT_CODE) {
+        let what = if plan.marker == Some(i) {
+            "the marker".to_owned()
+        } else {
+            format!("effect write {}", effect_index(i))
+        };
+        return Cancellation::Outcome(CommitOutcome::Collided {
+            reason: format!(
+                "transaction cancelled: {CONFLICT_CODE} on {what}: {}",
+                message(r)
+            ),
         });
     }
     if let Some((i, r)) = find(&|c| c == "ConditionalCheckFailed") {
@@ -713,10 +834,12 @@ impl WriteError for TransactWriteItemsError {
 
 /// Any other error of a write: throttling, server errors, timeouts and lost
 /// connections are transient (the marker makes a retry safe even if the
-/// request was applied); the rest need a person.
+/// request was applied); a missing table or a denied permission is a
+/// deployment error, named by `needs` (what the request needed); the rest
+/// need a person.
 fn classify_sdk_error<E: WriteError>(
     err: SdkError<E>,
-    table: &str,
+    needs: &deployment::Needs,
 ) -> Result<CommitOutcome, CommitError> {
     let transient = |err: &SdkError<E>| CommitOutcome::Transient {
         reason: DisplayErrorContext(err).to_string(),
@@ -730,7 +853,9 @@ fn classify_sdk_error<E: WriteError>(
             if e.is_transient() || ctx.raw().status().is_server_error() {
                 Ok(transient(&err))
             } else if e.is_table_missing() {
-                Err(CommitError::TableNotFound(table.to_owned()))
+                Err(needs.table_missing())
+            } else if deployment::is_access_denied(e.code()) {
+                Err(needs.access_denied(e.message().unwrap_or("")))
             } else if e.code() == Some("ValidationException") {
                 Err(CommitError::Invalid(e.message().unwrap_or("").to_owned()))
             } else {
@@ -823,11 +948,12 @@ mod tests {
     }
 
     #[test]
-    fn contention_and_throttling_are_transient_and_win_over_a_rejection() {
-        for code in TRANSIENT_CODES {
+    fn throttling_is_transient_and_wins_over_a_conflict_and_a_rejection() {
+        for code in THROTTLING_CODES {
             let reasons = [
                 reason("None"),
                 reason("ConditionalCheckFailed"),
+                reason(CONFLICT_CODE),
                 reason(code),
             ];
             match classify_cancellation(&reasons, Plan::SEPARATE) {
@@ -836,6 +962,33 @@ mod tests {
                 }
                 other => panic!("{code}: {other:?}"),
             }
+        }
+    }
+
+    /// A concurrent transaction on one of the items applied nothing of
+    /// this one: a lost race (re-run), winning over an effect condition,
+    /// which the re-run may find true.
+    #[test]
+    fn a_transaction_conflict_is_a_collision_naming_the_item() {
+        let reasons = [
+            reason("None"),
+            reason("ConditionalCheckFailed"),
+            reason(CONFLICT_CODE),
+        ];
+        match classify_cancellation(&reasons, Plan::SEPARATE) {
+            Cancellation::Outcome(CommitOutcome::Collided { reason }) => {
+                assert!(
+                    reason.contains("TransactionConflict on effect write 1"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        match classify_cancellation(&[reason(CONFLICT_CODE), reason("None")], Plan::SEPARATE) {
+            Cancellation::Outcome(CommitOutcome::Collided { reason }) => {
+                assert!(reason.contains("on the marker"), "{reason}")
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -6,7 +6,7 @@
 //! come from `IDEMQ_*` environment variables with typed defaults. AWS
 //! endpoints are never configured here: the SDK reads `AWS_ENDPOINT_URL*`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::backoff::Backoff;
 use crate::job::JobIdResolver;
@@ -40,6 +40,10 @@ pub struct TableLayout {
     pub queue: String,
     /// Every key idemq writes starts with this; effects may not use it.
     pub key_prefix: String,
+    /// The consumer's namespace (`IDEMQ_NAMESPACE`), part of every marker,
+    /// failure-record and downstream key; `None`: the source queue's name.
+    /// See [`TableLayout::namespace_for`].
+    pub namespace: Option<String>,
 }
 
 impl TableLayout {
@@ -56,7 +60,66 @@ impl TableLayout {
             committed_at: "committed_at".into(),
             queue: "queue".into(),
             key_prefix: "idemq#".into(),
+            namespace: None,
         }
+    }
+
+    /// This layout with the namespace `namespace` (see
+    /// [`TableLayout::namespace_for`]).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Result<Self, ConfigError> {
+        let namespace = namespace.into();
+        check_namespace(&namespace)?;
+        self.namespace = Some(namespace);
+        Ok(self)
+    }
+
+    /// The namespace of a consumer reading the queue `queue` (a name, URL
+    /// or ARN): `IDEMQ_NAMESPACE` when set, else the queue's name.
+    ///
+    /// Two consumers that share a table (an SNS topic or an EventBridge
+    /// rule fanning out to two queues) must each apply every job, so each
+    /// needs its own marker; one consumer must find its own marker on every
+    /// copy of a job. The queue's *name* is the default because it names the
+    /// consumer and is the same on every copy: a redrive (SQS's or `idemq
+    /// dlq redrive`) sends the job back to the queue it came from, and a
+    /// redeploy keeps the queue. A `MessageId`, a function version or an
+    /// ARN (with its account and region) would not be. Renaming (replacing)
+    /// the queue starts a new namespace: jobs committed under the old name
+    /// are not recognised on the new queue, so set `IDEMQ_NAMESPACE` to the
+    /// old name before renaming. A consumer that reads several queues and
+    /// must dedup across them sets one `IDEMQ_NAMESPACE` for all.
+    pub fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str {
+        self.namespace
+            .as_deref()
+            .unwrap_or_else(|| queue_name(queue))
+    }
+
+    /// The key of a job's dedup marker in `namespace`. The `ns#` part keeps
+    /// these keys apart from every [`TableLayout::legacy_marker_key`].
+    pub fn marker_key(&self, namespace: &str, job_id: &str) -> String {
+        format!("{}ns#{namespace}#job#{job_id}", self.key_prefix)
+    }
+
+    /// The key a marker had before markers were namespaced (still read
+    /// while [`LegacyMarkers`] says so, so that a job committed by an
+    /// earlier version is not applied again).
+    pub fn legacy_marker_key(&self, job_id: &str) -> String {
+        format!("{}job#{job_id}", self.key_prefix)
+    }
+
+    /// The key of a failure record in `namespace`: by job id, or by
+    /// `MessageId` for a message without a valid job id.
+    pub fn failure_key(&self, namespace: &str, job_id: Option<&str>, message_id: &str) -> String {
+        format!(
+            "{}ns#{namespace}#{}",
+            self.key_prefix,
+            failure_suffix(job_id, message_id)
+        )
+    }
+
+    /// The key a failure record had before records were namespaced.
+    pub fn legacy_failure_key(&self, job_id: Option<&str>, message_id: &str) -> String {
+        format!("{}{}", self.key_prefix, failure_suffix(job_id, message_id))
     }
 
     /// `IDEMQ_TABLE` (required) and the optional `IDEMQ_ATTR_PK`,
@@ -80,11 +143,12 @@ impl TableLayout {
 
     /// The variables that set the layout, for a program that prints which
     /// layout it used.
-    pub const ENV_VARS: [&'static str; 4] = [
+    pub const ENV_VARS: [&'static str; 5] = [
         "IDEMQ_TABLE",
         "IDEMQ_ATTR_PK",
         "IDEMQ_ATTR_EXPIRES_AT",
         "IDEMQ_KEY_PREFIX",
+        "IDEMQ_NAMESPACE",
     ];
 
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
@@ -108,12 +172,94 @@ impl TableLayout {
                 *slot = v;
             }
         }
+        if let Some(ns) = get("IDEMQ_NAMESPACE").filter(|ns| !ns.is_empty()) {
+            layout = layout.with_namespace(ns)?;
+        }
         Ok(layout)
     }
+}
 
-    /// The key of a job's dedup marker.
-    pub fn marker_key(&self, job_id: &str) -> String {
-        format!("{}job#{job_id}", self.key_prefix)
+fn failure_suffix(job_id: Option<&str>, message_id: &str) -> String {
+    match job_id {
+        Some(id) => format!("failure#{id}"),
+        None => format!("failure-message#{message_id}"),
+    }
+}
+
+/// The name of a queue given by name, URL (`…/<account>/<name>`) or ARN
+/// (`arn:aws:sqs:<region>:<account>:<name>`).
+pub fn queue_name(queue: &str) -> &str {
+    queue.rsplit(['/', ':']).next().unwrap_or(queue)
+}
+
+/// A namespace is a queue name's alphabet (letters, digits, `-`, `_`, `.`),
+/// 1 to 80 characters, so the queue-name default always fits and no
+/// namespace can contain the `#` that separates the parts of a key.
+fn check_namespace(ns: &str) -> Result<(), ConfigError> {
+    let ok = (1..=80).contains(&ns.len())
+        && ns
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        var: "IDEMQ_NAMESPACE",
+        value: ns.to_owned(),
+        why: "1 to 80 letters, digits, '-', '_' or '.' (a queue name's characters)".into(),
+    })
+}
+
+/// Whether a consumer also looks for markers written before markers were
+/// namespaced (`IDEMQ_LEGACY_MARKERS`): one consistent `GetItem` of the
+/// legacy key before each commit of a separate marker, so that a job an
+/// earlier version committed is still a duplicate after the upgrade.
+/// Legacy markers stop mattering once the last of them has expired: a
+/// marker TTL after the upgrade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LegacyMarkers {
+    /// Never (`off`): a table that no earlier version wrote to, or an
+    /// upgrade more than a marker TTL ago.
+    Off,
+    /// Always (`read`, the default: safe for an upgrade).
+    Read,
+    /// Until this time (`until=2027-01-15T00:00:00Z`): set it to the
+    /// upgrade's time plus the marker TTL.
+    Until(SystemTime),
+}
+
+impl LegacyMarkers {
+    /// The variable that sets it.
+    pub const ENV_VAR: &'static str = "IDEMQ_LEGACY_MARKERS";
+
+    /// Whether legacy markers are read at `now`.
+    pub fn read_at(self, now: SystemTime) -> bool {
+        match self {
+            Self::Off => false,
+            Self::Read => true,
+            Self::Until(t) => now < t,
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self, ConfigError> {
+        let invalid = |why: String| ConfigError::Invalid {
+            var: Self::ENV_VAR,
+            value: value.to_owned(),
+            why,
+        };
+        match value {
+            "off" => Ok(Self::Off),
+            "read" => Ok(Self::Read),
+            v => match v.strip_prefix("until=") {
+                Some(t) => humantime::parse_rfc3339_weak(t)
+                    .map(Self::Until)
+                    .map_err(|e| invalid(e.to_string())),
+                None => Err(invalid(
+                    "off, read, or until=<RFC 3339 time> (the upgrade + the marker TTL)".into(),
+                )),
+            },
+        }
     }
 }
 
@@ -127,6 +273,9 @@ pub struct IdempotencyConfig {
     pub marker_ttl: Duration,
     /// Where a job's id is found (`IDEMQ_JOB_ID_POINTER`).
     pub job_id: JobIdResolver,
+    /// Whether markers written before markers were namespaced are still
+    /// read (`IDEMQ_LEGACY_MARKERS`, default `read`).
+    pub legacy_markers: LegacyMarkers,
 }
 
 impl Default for IdempotencyConfig {
@@ -134,6 +283,7 @@ impl Default for IdempotencyConfig {
         Self {
             marker_ttl: DEFAULT_MARKER_TTL,
             job_id: JobIdResolver::new(),
+            legacy_markers: LegacyMarkers::Read,
         }
     }
 }
@@ -151,6 +301,9 @@ impl IdempotencyConfig {
         let mut config = Self::default();
         if let Some(v) = get("IDEMQ_MARKER_TTL") {
             config.marker_ttl = parse_duration("IDEMQ_MARKER_TTL", &v)?;
+        }
+        if let Some(v) = get(LegacyMarkers::ENV_VAR) {
+            config.legacy_markers = LegacyMarkers::parse(&v)?;
         }
         if let Some(p) = get("IDEMQ_JOB_ID_POINTER").filter(|p| !p.is_empty()) {
             if !p.starts_with('/') {
@@ -498,7 +651,34 @@ mod tests {
         );
         let l = TableLayout::from_lookup(env(&[("IDEMQ_TABLE", "jobs")])).unwrap();
         assert_eq!(l, TableLayout::new("jobs"));
-        assert_eq!(l.marker_key("t-1"), "idemq#job#t-1");
+        assert_eq!(l.marker_key("q", "t-1"), "idemq#ns#q#job#t-1");
+        assert_eq!(l.legacy_marker_key("t-1"), "idemq#job#t-1");
+        assert_eq!(
+            l.namespace_for("https://sqs.x/000000000000/orders"),
+            "orders"
+        );
+        assert_eq!(
+            l.namespace_for("arn:aws:sqs:eu-west-1:0:orders.fifo"),
+            "orders.fifo"
+        );
+        let l = TableLayout::from_lookup(env(&[
+            ("IDEMQ_TABLE", "jobs"),
+            ("IDEMQ_NAMESPACE", "billing"),
+        ]))
+        .unwrap();
+        assert_eq!(l.namespace_for("orders"), "billing");
+        assert_eq!(
+            l.failure_key("billing", Some("t-1"), "m"),
+            "idemq#ns#billing#failure#t-1"
+        );
+        assert_eq!(l.legacy_failure_key(None, "m"), "idemq#failure-message#m");
+        for bad in ["a#b", "a b", &"x".repeat(81)] {
+            assert!(
+                TableLayout::from_lookup(env(&[("IDEMQ_TABLE", "jobs"), ("IDEMQ_NAMESPACE", bad)]))
+                    .is_err(),
+                "{bad}"
+            );
+        }
         let l = TableLayout::from_lookup(env(&[
             ("IDEMQ_TABLE", "jobs"),
             ("IDEMQ_ATTR_PK", "id"),
@@ -565,7 +745,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 16 item 2: `IDEMQ_LOG=trace` must not turn on the SDK's or
+    /// `IDEMQ_LOG=trace` must not turn on the SDK's or
     /// lambda_runtime's trace logs (whole responses and events, bodies
     /// included).
     #[test]
@@ -639,6 +819,23 @@ mod tests {
         );
         assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_MARKER_TTL", "0s")])).is_err());
         assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_JOB_ID_POINTER", "id")])).is_err());
+    }
+
+    #[test]
+    fn legacy_markers_are_read_by_default_and_until_a_date() {
+        let c = IdempotencyConfig::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.legacy_markers, LegacyMarkers::Read);
+        let c = IdempotencyConfig::from_lookup(env(&[("IDEMQ_LEGACY_MARKERS", "off")])).unwrap();
+        assert!(!c.legacy_markers.read_at(SystemTime::now()));
+        let c = IdempotencyConfig::from_lookup(env(&[(
+            "IDEMQ_LEGACY_MARKERS",
+            "until=2030-01-01T00:00:00Z",
+        )]))
+        .unwrap();
+        let t = humantime::parse_rfc3339("2030-01-01T00:00:00Z").unwrap();
+        assert!(c.legacy_markers.read_at(t - DAY));
+        assert!(!c.legacy_markers.read_at(t));
+        assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_LEGACY_MARKERS", "on")])).is_err());
     }
 
     #[test]

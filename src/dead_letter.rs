@@ -33,6 +33,10 @@ use crate::producer::{
     message_size, spare_attribute_slots,
 };
 
+/// A dead letter as [`DeadLetters::read_many`] looks it up: its job id (if
+/// it has one) and its message id.
+pub type LetterKey = (Option<String>, String);
+
 /// Dead-letter context attribute: the last error, capped.
 pub const ATTR_ERROR: &str = "idemq-error";
 /// Dead-letter context attribute: attempts made.
@@ -87,7 +91,8 @@ impl From<crate::queue::QueueError> for DlqError {
     }
 }
 
-/// One failed attempt, as stored under `idemq#failure#<job id>` (the latest
+/// One failed attempt, as stored under `idemq#ns#<namespace>#failure#<job
+/// id>` ([`TableLayout::failure_key`]; the latest
 /// attempt overwrites the one before, so the record says how the job last
 /// failed and how many times).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +120,8 @@ pub struct DeadLetters {
     sqs: aws_sdk_sqs::Client,
     layout: TableLayout,
     ttl: Duration,
+    /// The namespaces a read looks in, besides the layout's own.
+    sources: Vec<String>,
     /// `MaximumMessageSize` of each DLQ sent to, read once.
     dlq_sizes: Arc<Mutex<HashMap<String, usize>>>,
 }
@@ -133,15 +140,37 @@ impl DeadLetters {
             sqs,
             layout,
             ttl,
+            sources: Vec::new(),
             dlq_sizes: Arc::default(),
         }
     }
 
-    fn record_key(&self, job_id: Option<&str>, message_id: &str) -> String {
-        match job_id {
-            Some(id) => format!("{}failure#{id}", self.layout.key_prefix),
-            None => format!("{}failure-message#{message_id}", self.layout.key_prefix),
-        }
+    /// Reads look for records in the namespaces of these source queues
+    /// (names, URLs or ARNs: a DLQ's `ListDeadLetterSourceQueues`) when the
+    /// layout sets no namespace, and always under the key an earlier
+    /// version wrote.
+    pub fn with_source_queues<S: AsRef<str>>(mut self, queues: &[S]) -> Self {
+        self.sources = queues
+            .iter()
+            .map(|q| crate::config::queue_name(q.as_ref()).to_owned())
+            .collect();
+        self
+    }
+
+    /// Every key a record of this job may be under, the likeliest first:
+    /// the consumer's namespace(s), then the un-namespaced key of records
+    /// written before namespaces.
+    fn read_keys(&self, job_id: Option<&str>, message_id: &str) -> Vec<String> {
+        let l = &self.layout;
+        let namespaces: Vec<&str> = match &l.namespace {
+            Some(ns) => vec![ns.as_str()],
+            None => self.sources.iter().map(String::as_str).collect(),
+        };
+        namespaces
+            .into_iter()
+            .map(|ns| l.failure_key(ns, job_id, message_id))
+            .chain([l.legacy_failure_key(job_id, message_id)])
+            .collect()
     }
 
     /// Stores `rec` (one `PutItem`; only failures pay for it).
@@ -154,7 +183,11 @@ impl DeadLetters {
         let mut item = HashMap::from([
             (
                 self.layout.partition_key.clone(),
-                s(&self.record_key(rec.job_id.as_deref(), &rec.message_id)),
+                s(&self.layout.failure_key(
+                    self.layout.namespace_for(&rec.source_queue),
+                    rec.job_id.as_deref(),
+                    &rec.message_id,
+                )),
             ),
             ("message_id".into(), s(&rec.message_id)),
             ("attempt".into(), AttributeValue::N(rec.attempt.to_string())),
@@ -192,41 +225,50 @@ impl DeadLetters {
     }
 
     /// Reads the failure record of a job (or, with `job_id` `None`, of a
-    /// message without a valid job id).
+    /// message without a valid job id), under any key it may be stored
+    /// under (see [`DeadLetters::with_source_queues`]).
     pub async fn read(
         &self,
         job_id: Option<&str>,
         message_id: &str,
     ) -> Result<Option<FailureRecord>, DlqError> {
-        let out = self
-            .ddb
-            .get_item()
-            .table_name(&self.layout.table_name)
-            .key(
-                &self.layout.partition_key,
-                AttributeValue::S(self.record_key(job_id, message_id)),
-            )
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| DlqError::DynamoDb(DisplayErrorContext(e).to_string()))?;
-        Ok(out.item().map(|item| self.parse(item)))
+        for key in self.read_keys(job_id, message_id) {
+            let out = self
+                .ddb
+                .get_item()
+                .table_name(&self.layout.table_name)
+                .key(&self.layout.partition_key, AttributeValue::S(key))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| DlqError::DynamoDb(DisplayErrorContext(e).to_string()))?;
+            if let Some(item) = out.item() {
+                return Ok(Some(self.parse(item)));
+            }
+        }
+        Ok(None)
     }
 
     /// Reads the failure records of many dead letters, 100 keys per
     /// `BatchGetItem`. Keyed by `(job id, message id)` as given.
     pub async fn read_many(
         &self,
-        wanted: &[(Option<String>, String)],
-    ) -> Result<HashMap<(Option<String>, String), FailureRecord>, DlqError> {
+        wanted: &[LetterKey],
+    ) -> Result<HashMap<LetterKey, FailureRecord>, DlqError> {
         let pk = &self.layout.partition_key;
-        let mut by_key: HashMap<String, Vec<(Option<String>, String)>> = HashMap::new();
+        // Each key, the records it may hold and how likely it is (its rank
+        // among that record's keys): a namespaced record wins over a
+        // legacy one of the same job.
+        let mut by_key: HashMap<String, Vec<(LetterKey, usize)>> = HashMap::new();
         for (job, msg) in wanted {
-            by_key
-                .entry(self.record_key(job.as_deref(), msg))
-                .or_default()
-                .push((job.clone(), msg.clone()));
+            for (rank, key) in self.read_keys(job.as_deref(), msg).into_iter().enumerate() {
+                by_key
+                    .entry(key)
+                    .or_default()
+                    .push(((job.clone(), msg.clone()), rank));
+            }
         }
+        let mut ranks: HashMap<LetterKey, usize> = HashMap::new();
         let keys: Vec<String> = by_key.keys().cloned().collect();
         let mut found = HashMap::new();
         for chunk in keys.chunks(100) {
@@ -263,8 +305,11 @@ impl DeadLetters {
                     let Some(key) = item.get(pk).and_then(|v| v.as_s().ok()) else {
                         continue;
                     };
-                    for wanted in by_key.get(key).into_iter().flatten() {
-                        found.insert(wanted.clone(), self.parse(item));
+                    for (wanted, rank) in by_key.get(key).into_iter().flatten() {
+                        if ranks.get(wanted).is_none_or(|best| rank < best) {
+                            ranks.insert(wanted.clone(), *rank);
+                            found.insert(wanted.clone(), self.parse(item));
+                        }
                     }
                 }
                 pending = out
@@ -297,6 +342,7 @@ impl DeadLetters {
             "panic" => crate::classify::FailureKind::Panic,
             "timeout" => crate::classify::FailureKind::Timeout,
             "contended" => crate::classify::FailureKind::Contended,
+            "deployment" => crate::classify::FailureKind::Deployment,
             _ => crate::classify::FailureKind::Transient,
         };
         let chain = item

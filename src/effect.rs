@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use crate::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp, FollowUpError};
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck as SdkConditionCheck, Delete as SdkDelete, Put as SdkPut,
-    TransactWriteItem, Update as SdkUpdate,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update as SdkUpdate,
 };
 
 /// DynamoDB's limit on actions in one `TransactWriteItems`.
@@ -112,7 +112,7 @@ pub struct Write {
     pub(crate) condition: Option<String>,
     pub(crate) names: HashMap<String, String>,
     pub(crate) values: Item,
-    // Optimistic concurrency (issue 14 part 2): see `Write::optimistic`.
+    // Optimistic concurrency: see `Write::optimistic`.
     optimistic: bool,
 }
 
@@ -189,6 +189,51 @@ impl Write {
         self
     }
 
+    /// Guards this write with the version the handler read (see
+    /// [`read_version`]) and marks it [`optimistic`](Write::optimistic):
+    /// the transaction applies only if `attribute` still holds `read`. A
+    /// missing version counts as 0, so `read` = 0 also accepts an item
+    /// that has no `attribute` at all (or no item): items written before
+    /// the version was introduced, by a writer that never sets it, take
+    /// part in the race instead of failing `version = 0` forever. The
+    /// write itself must set `attribute` to `read + 1`.
+    ///
+    /// Call it after [`Write::condition`]: an earlier condition is kept
+    /// and both must hold; a later one would replace the guard.
+    ///
+    /// ```
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use idemq::effect::{Key, Write, read_version};
+    /// let stored = None; // as GetItem found it: no item, or one without a version
+    /// let read = read_version(stored, "version").unwrap();
+    /// let write = Write::update("bank", Key::string("pk", "account#a"), "SET balance = :b, version = :next")
+    ///     .value(":b", AttributeValue::N("30".into()))
+    ///     .value(":next", AttributeValue::N((read + 1).to_string()))
+    ///     .if_version("version", read);
+    /// assert!(write.is_optimistic());
+    /// assert_eq!(
+    ///     write.condition_expression(),
+    ///     Some("attribute_not_exists(#idemq_version) OR #idemq_version = :idemq_version")
+    /// );
+    /// ```
+    pub fn if_version(mut self, attribute: impl Into<String>, read: u64) -> Self {
+        const NAME: &str = "#idemq_version";
+        const VALUE: &str = ":idemq_version";
+        let guard = if read == 0 {
+            format!("attribute_not_exists({NAME}) OR {NAME} = {VALUE}")
+        } else {
+            format!("{NAME} = {VALUE}")
+        };
+        self.condition = Some(match self.condition.take() {
+            Some(earlier) => format!("({earlier}) AND ({guard})"),
+            None => guard,
+        });
+        self.names.insert(NAME.to_owned(), attribute.into());
+        self.values
+            .insert(VALUE.to_owned(), AttributeValue::N(read.to_string()));
+        self.optimistic()
+    }
+
     /// Whether [`Write::optimistic`] marked this write.
     pub fn is_optimistic(&self) -> bool {
         self.optimistic
@@ -262,6 +307,15 @@ impl Write {
 
     /// The SDK form of this write. Only called on validated writes.
     pub(crate) fn to_sdk(&self) -> Result<TransactWriteItem, EffectError> {
+        self.to_sdk_returning(None)
+    }
+
+    /// [`Write::to_sdk`], returning the item a failed condition found when
+    /// `on_failure` asks for it.
+    pub(crate) fn to_sdk_returning(
+        &self,
+        on_failure: Option<ReturnValuesOnConditionCheckFailure>,
+    ) -> Result<TransactWriteItem, EffectError> {
         let names = (!self.names.is_empty()).then(|| self.names.clone());
         let values = (!self.values.is_empty()).then(|| self.values.clone());
         let built = match &self.kind {
@@ -274,6 +328,7 @@ impl Write {
                     .set_condition_expression(self.condition.clone())
                     .set_expression_attribute_names(names)
                     .set_expression_attribute_values(values)
+                    .set_return_values_on_condition_check_failure(on_failure)
                     .build()
                     .map(|p| TransactWriteItem::builder().put(p).build())
             }
@@ -284,6 +339,7 @@ impl Write {
                 .set_condition_expression(self.condition.clone())
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values)
+                .set_return_values_on_condition_check_failure(on_failure)
                 .build()
                 .map(|u| TransactWriteItem::builder().update(u).build()),
             WriteKind::Delete => SdkDelete::builder()
@@ -292,6 +348,7 @@ impl Write {
                 .set_condition_expression(self.condition.clone())
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values)
+                .set_return_values_on_condition_check_failure(on_failure)
                 .build()
                 .map(|d| TransactWriteItem::builder().delete(d).build()),
             WriteKind::ConditionCheck => SdkConditionCheck::builder()
@@ -300,6 +357,7 @@ impl Write {
                 .condition_expression(self.condition.clone().unwrap_or_default())
                 .set_expression_attribute_names(names)
                 .set_expression_attribute_values(values)
+                .set_return_values_on_condition_check_failure(on_failure)
                 .build()
                 .map(|c| TransactWriteItem::builder().condition_check(c).build()),
         };
@@ -325,6 +383,8 @@ pub struct Effect {
     marker: Marking,
     /// Jobs sent if and only if this effect commits ([`Effect::then_send`]).
     follow_ups: Vec<FollowUp>,
+    /// [`Effect::switching_marker_form`].
+    switching_marker_form: bool,
 }
 
 /// How an effect's job is marked done.
@@ -353,6 +413,7 @@ impl Effect {
             writes: Vec::new(),
             marker: Marking::Separate,
             follow_ups: Vec::new(),
+            switching_marker_form: false,
         }
     }
 
@@ -412,6 +473,52 @@ impl Effect {
         self
     }
 
+    /// For a deploy that switches this effect between idemq's separate
+    /// marker and a [fused](Effect::marked_by) one: the commit also makes
+    /// sure that the other form does not mark the job already, so that a
+    /// job committed by the previous version and delivered again to this
+    /// one is a [`Duplicate`](crate::CommitOutcome::Duplicate) (or a
+    /// [`Conflict`](crate::CommitOutcome::Conflict)), not applied a second
+    /// time. Each form alone checks only its own marker.
+    ///
+    /// - With a fused marker, the commit adds a `ConditionCheck` that the
+    ///   job's separate marker item does not exist. A fused marker alone is
+    ///   then a transaction of two items instead of one `PutItem` (4 write
+    ///   units instead of 1); with other writes, one more transaction item
+    ///   (2 write units).
+    /// - With a separate marker, each write's condition also requires that
+    ///   its item is not this job's fused marker (it carries this job's id
+    ///   and a payload hash). No item and no round trip is added. The
+    ///   previous version's fused item is found only if this version still
+    ///   writes it (keep the Put, drop only `marked_by`).
+    ///
+    /// Set it on both sides of the switch: first deploy the old form with
+    /// it, then the new form with it, and drop it once no copy committed by
+    /// the old form can be delivered again (the source queue's and the
+    /// DLQ's retention after the switch). Without the first step, a copy
+    /// committed by the new form while the old one still runs is found by
+    /// the old form's condition and dead-lettered as rejected: never
+    /// applied twice. Without a marker ([`Effect::without_marker`]) it does
+    /// nothing.
+    ///
+    /// ```
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use idemq::effect::{Effect, Item, Key, Write};
+    /// let entry = Write::put("bank", Key::string("pk", "entry#t-1"), Item::new());
+    /// // The version before the switch was `Effect::new().marked_by(entry)`.
+    /// let effect = Effect::new().with(entry).switching_marker_form();
+    /// assert!(effect.is_switching_marker_form());
+    /// ```
+    pub fn switching_marker_form(mut self) -> Self {
+        self.switching_marker_form = true;
+        self
+    }
+
+    /// Whether [`Effect::switching_marker_form`] was set.
+    pub fn is_switching_marker_form(&self) -> bool {
+        self.switching_marker_form && self.uses_marker()
+    }
+
     /// Commits the writes without a dedup marker. Only for naturally
     /// idempotent effects (pure upserts: applying them twice leaves the same
     /// state); duplicates are then neither detected nor reported. An effect
@@ -466,7 +573,11 @@ impl Effect {
     /// names the marker's table, key attribute and reserved key prefix: an
     /// effect may not write any key under that prefix in that table.
     pub fn validate(&self, marker: &MarkerSlot<'_>) -> Result<(), EffectError> {
-        let limit = MAX_TRANSACTION_ITEMS - usize::from(self.uses_separate_marker());
+        // idemq's own item: the separate marker, or a switching fused
+        // marker's check that the separate one is absent.
+        let added = self.uses_separate_marker()
+            || (self.is_switching_marker_form() && self.fused_index().is_some());
+        let limit = MAX_TRANSACTION_ITEMS - usize::from(added);
         if self.writes.len() > limit {
             return Err(EffectError::TooManyWrites {
                 count: self.writes.len(),
@@ -532,8 +643,7 @@ impl FromIterator<Write> for Effect {
     fn from_iter<I: IntoIterator<Item = Write>>(iter: I) -> Self {
         Self {
             writes: iter.into_iter().collect(),
-            marker: Marking::Separate,
-            follow_ups: Vec::new(),
+            ..Self::new()
         }
     }
 }
@@ -626,6 +736,32 @@ pub fn table_name(table: &str) -> &str {
         }
         _ => table,
     }
+}
+
+/// The version an optimistic handler read from `item` (as `GetItem`
+/// returned it): its `attribute` as a whole number, 0 when there is no item
+/// or the item has no such attribute (written before versions, or by a
+/// writer that does not set one). Pass it to [`Write::if_version`].
+pub fn read_version(item: Option<&Item>, attribute: &str) -> Result<u64, NotAVersion> {
+    match item.and_then(|item| item.get(attribute)) {
+        None => Ok(0),
+        Some(value) => value
+            .as_n()
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| NotAVersion {
+                attribute: attribute.to_owned(),
+            }),
+    }
+}
+
+/// A stored version attribute that is not a whole number of type `N`.
+/// Permanent: the item is not one that versioned writes made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("attribute {attribute} is not a whole number, so it is not a version")]
+pub struct NotAVersion {
+    /// The version attribute's name.
+    pub attribute: String,
 }
 
 /// Why an effect cannot be committed. Permanent: the same handler given the
@@ -939,7 +1075,7 @@ mod tests {
         assert_eq!(elsewhere.validate(&SLOT), Ok(()));
     }
 
-    /// Issue 11 item 4: a Put's attributes are merged over its key, so an
+    /// A Put's attributes are merged over its key, so an
     /// attribute named like a key attribute would move the write to another
     /// item (a marker, say). Refused before any I/O, in every table.
     #[test]
@@ -1156,5 +1292,35 @@ mod tests {
         let u = c.update().unwrap();
         assert_eq!(u.update_expression(), "ADD n :one");
         assert_eq!(u.key()["pk"], AttributeValue::S("c3".into()));
+    }
+
+    #[test]
+    fn a_missing_version_reads_as_zero_and_its_guard_accepts_no_version() {
+        let n = |v: &str| AttributeValue::N(v.into());
+        let legacy = Item::from([("balance".to_string(), n("5"))]);
+        let versioned = Item::from([("version".to_string(), n("7"))]);
+        let broken = Item::from([("version".to_string(), AttributeValue::S("x".into()))]);
+        assert_eq!(read_version(None, "version"), Ok(0));
+        assert_eq!(read_version(Some(&legacy), "version"), Ok(0));
+        assert_eq!(read_version(Some(&versioned), "version"), Ok(7));
+        assert!(read_version(Some(&broken), "version").is_err());
+
+        let zero = counter(0).if_version("v", 0);
+        assert!(zero.is_optimistic());
+        assert_eq!(
+            zero.condition_expression(),
+            Some("attribute_not_exists(#idemq_version) OR #idemq_version = :idemq_version")
+        );
+        assert_eq!(zero.expression_names()["#idemq_version"], "v");
+        assert_eq!(zero.expression_values()[":idemq_version"], n("0"));
+        // A condition set before is kept, and binds as a whole.
+        let seven = counter(1)
+            .condition("attribute_exists(pk) OR n = :one")
+            .if_version("v", 7);
+        assert_eq!(
+            seven.condition_expression(),
+            Some("(attribute_exists(pk) OR n = :one) AND (#idemq_version = :idemq_version)")
+        );
+        assert_eq!(seven.expression_values()[":idemq_version"], n("7"));
     }
 }

@@ -403,6 +403,18 @@ pub(crate) fn stored(list: &[FollowUp]) -> Item {
     )])
 }
 
+/// `list` for a failure record: each follow-up's job id and queue name,
+/// never its body.
+pub(crate) fn describe(list: &[FollowUp]) -> String {
+    list.iter()
+        .map(|f| {
+            let queue = f.queue_url.rsplit('/').next().unwrap_or(&f.queue_url);
+            format!("{} to {queue}", f.job_id)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The follow-ups a stored marker carries (none if it carries none).
 pub(crate) fn from_marker(item: &Item) -> Result<Vec<FollowUp>, String> {
     let Some(v) = item.get(FOLLOW_UPS_ATTRIBUTE) else {

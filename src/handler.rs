@@ -145,6 +145,9 @@ pub struct JobMeta {
     pub attempt: u32,
     /// The source queue's name.
     pub queue: String,
+    /// The consumer's namespace: `IDEMQ_NAMESPACE`, else the queue's name
+    /// ([`TableLayout::namespace_for`](crate::config::TableLayout::namespace_for)).
+    pub namespace: String,
     /// The source queue's URL (a follow-up to the same queue goes there:
     /// [`crate::followup`]).
     pub queue_url: String,
@@ -156,10 +159,12 @@ pub struct JobMeta {
 }
 
 impl JobMeta {
-    /// A deterministic idempotency key for a side effect outside DynamoDB;
-    /// see [`JobId::downstream_key`].
+    /// A deterministic idempotency key for a side effect outside DynamoDB,
+    /// in this consumer's namespace: see [`JobId::downstream_key_in`]
+    /// ([`JobId::downstream_key`] is the key without a namespace that
+    /// earlier versions returned here).
     pub fn downstream_key(&self, step: &str) -> String {
-        self.job_id.downstream_key(step)
+        self.job_id.downstream_key_in(&self.namespace, step)
     }
 }
 

@@ -62,7 +62,8 @@ impl<H: Handler> Host<H> {
         behaviour: IdempotencyConfig,
         batch: BatchConfig,
     ) -> Self {
-        let committer = Committer::new(ddb.clone(), layout.clone(), behaviour.marker_ttl);
+        let committer = Committer::new(ddb.clone(), layout.clone(), behaviour.marker_ttl)
+            .with_legacy_markers(behaviour.legacy_markers);
         let dead_letters = DeadLetters::new(ddb, sqs.clone(), layout, behaviour.marker_ttl);
         let processor = Processor::new(
             handler,

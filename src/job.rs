@@ -12,6 +12,15 @@ use sha2::{Digest, Sha256};
 
 /// Name of the SQS message attribute that carries the job id.
 pub const JOB_ID_ATTRIBUTE: &str = "idemq-job-id";
+/// Name of the SQS message attribute that carries when the job's first copy
+/// was enqueued (epoch milliseconds, as SQS's `SentTimestamp`), on every
+/// copy idemq makes of a job after the first: its own dead-letter send, a
+/// redrive, an import, a follow-up re-sent from a marker. A copy restarts
+/// SQS's retention and gets a new `SentTimestamp`, so this is what tells a
+/// consumer how old the job really is, against its markers' lifetime. A
+/// message without it is its job's first copy: its `SentTimestamp` is the
+/// first-enqueued time (a native source-to-DLQ redrive keeps it).
+pub const FIRST_ENQUEUED_ATTRIBUTE: &str = "idemq-first-enqueued";
 /// Every message attribute idemq reads or writes starts with this; a copy
 /// idemq sends again drops them and sets its own.
 pub const IDEMQ_ATTRIBUTE_PREFIX: &str = "idemq-";
@@ -103,8 +112,34 @@ impl JobId {
     /// assert_eq!(job.downstream_key("charge"), job.downstream_key("charge"));
     /// assert_ne!(job.downstream_key("charge"), job.downstream_key("email"));
     /// ```
+    ///
+    /// This key names no consumer: two consumers of one job (a fan-out)
+    /// get the same key for the same step. Inside a handler use
+    /// [`JobMeta::downstream_key`](crate::handler::JobMeta::downstream_key),
+    /// which is this key in the consumer's namespace
+    /// ([`JobId::downstream_key_in`]).
     pub fn downstream_key(&self, step: &str) -> String {
         downstream_key(self, step)
+    }
+
+    /// [`JobId::downstream_key`] in `namespace`: another consumer of the
+    /// same job gets another key, so a downstream service does not drop
+    /// its request as the first consumer's repeat.
+    ///
+    /// ```
+    /// use idemq::JobId;
+    /// let job = JobId::new("order-7").unwrap();
+    /// assert_ne!(job.downstream_key_in("billing", "notify"), job.downstream_key_in("emails", "notify"));
+    /// assert_ne!(job.downstream_key_in("billing", "notify"), job.downstream_key("notify"));
+    /// ```
+    pub fn downstream_key_in(&self, namespace: &str, step: &str) -> String {
+        let mut h = Sha256::new();
+        h.update(b"idemq-downstream-v2\0");
+        for part in [namespace, &self.0, step] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        hex::encode(h.finalize())
     }
 }
 

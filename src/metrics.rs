@@ -12,13 +12,16 @@
 //! | `JobsRetried`      | Count        | jobs handed back to SQS to retry    |
 //! | `JobsDeadLettered` | Count        | jobs given up on                    |
 //! | `JobsConflict`     | Count        | same job id, different payload      |
-//! | `JobsContended`    | Count        | optimistic-concurrency races lost (each lost race, also those re-run at once) |
+//! | `JobsContended`    | Count        | races lost: optimistic conditions and `TransactionConflict` cancellations (each one, also those re-run at once) |
+//! | `JobsMisconfigured`| Count        | jobs failed by the deployment (a permission the role lacks, a missing table) |
 //! | `JobDuration`      | Milliseconds | one value per job                   |
 //! | `BatchSize`        | Count        | messages in the batch               |
 //!
 //! The dead-letter rate alarm is built on `JobsDeadLettered`, because SQS's
 //! own `NumberOfMessagesSent` does not count native redrives; counters are
-//! therefore emitted even when zero, so the rate has a denominator.
+//! therefore emitted even when zero, so the rate has a denominator. The
+//! deployment alarm fires on the first `JobsMisconfigured`: one such job
+//! means every job fails alike until a deploy.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -55,8 +58,14 @@ pub struct BatchMetrics {
     /// Optimistic-concurrency races lost (`JobsContended`): every commit
     /// that failed only on a [`Write::optimistic`](crate::effect::Write::optimistic)
     /// condition, whether the job was then re-run at once or backed off. A
-    /// job can lose several, so this can exceed the batch size.
+    /// job can lose several, so this can exceed the batch size. Commits
+    /// cancelled by a concurrent transaction on one of their items
+    /// (`TransactionConflict`) are lost races too, counted here.
     pub contended: u64,
+    /// Jobs that failed because of the deployment, not the job
+    /// (`JobsMisconfigured`): the role lacks a permission on a table the
+    /// commit writes, or the table does not exist.
+    pub misconfigured: u64,
     /// Messages received in the batch (after `absorb`: in all batches).
     pub batch_size: u64,
     /// One entry per job that ran, in the order they finished.
@@ -117,6 +126,7 @@ impl BatchMetrics {
         self.dead_lettered = self.dead_lettered.saturating_add(other.dead_lettered);
         self.conflict = self.conflict.saturating_add(other.conflict);
         self.contended = self.contended.saturating_add(other.contended);
+        self.misconfigured = self.misconfigured.saturating_add(other.misconfigured);
         self.batch_size = self.batch_size.saturating_add(other.batch_size);
         self.job_durations.extend_from_slice(&other.job_durations);
     }
@@ -125,8 +135,9 @@ impl BatchMetrics {
     ///
     /// `jobs` is [`batch_size`](Self::batch_size), the messages received;
     /// percentiles are nearest-rank over [`job_durations`](Self::job_durations).
-    /// Lost races ([`contended`](Self::contended)) are shown when there
-    /// were any (`…, conflict 0, contended 12; …`).
+    /// Lost races ([`contended`](Self::contended)) and jobs failed by the
+    /// deployment ([`misconfigured`](Self::misconfigured)) are shown when
+    /// there were any (`…, conflict 0, contended 12, misconfigured 3; …`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -154,10 +165,13 @@ impl BatchMetrics {
             }
             _ => "no job durations".to_owned(),
         };
-        let contended = match self.contended {
+        let mut contended = match self.contended {
             0 => String::new(),
             n => format!(", contended {n}"),
         };
+        if self.misconfigured > 0 {
+            contended.push_str(&format!(", misconfigured {}", self.misconfigured));
+        }
         format!(
             "jobs {}: succeeded {}, duplicate {}, retried {}, dead-lettered {}, conflict {}{contended}; {latency}",
             self.batch_size,
@@ -169,7 +183,7 @@ impl BatchMetrics {
         )
     }
 
-    fn counters(&self) -> [(&'static str, u64); 7] {
+    fn counters(&self) -> [(&'static str, u64); 8] {
         [
             ("JobsSucceeded", self.succeeded),
             ("JobsDuplicate", self.duplicate),
@@ -177,6 +191,7 @@ impl BatchMetrics {
             ("JobsDeadLettered", self.dead_lettered),
             ("JobsConflict", self.conflict),
             ("JobsContended", self.contended),
+            ("JobsMisconfigured", self.misconfigured),
             ("BatchSize", self.batch_size),
         ]
     }
@@ -242,13 +257,14 @@ fn format_ms(d: Duration) -> String {
 mod tests {
     use super::*;
 
-    const COUNTERS: [&str; 7] = [
+    const COUNTERS: [&str; 8] = [
         "JobsSucceeded",
         "JobsDuplicate",
         "JobsRetried",
         "JobsDeadLettered",
         "JobsConflict",
         "JobsContended",
+        "JobsMisconfigured",
         "BatchSize",
     ];
 
@@ -304,6 +320,7 @@ mod tests {
             dead_lettered: 1,
             conflict: 4,
             contended: 9,
+            misconfigured: 5,
             batch_size: 17,
             job_durations: vec![
                 ms(12),
@@ -339,6 +356,7 @@ mod tests {
         assert_eq!(line["JobsDeadLettered"], 1);
         assert_eq!(line["JobsConflict"], 4);
         assert_eq!(line["JobsContended"], 9);
+        assert_eq!(line["JobsMisconfigured"], 5);
         assert_eq!(line["BatchSize"], 17);
         assert_eq!(
             line["JobDuration"],
@@ -346,7 +364,7 @@ mod tests {
             "milliseconds with 3 decimals, in order"
         );
         // Nothing beyond the metrics, the dimension and `_aws`.
-        assert_eq!(line.as_object().unwrap().len(), 7 + 1 + 1 + 1);
+        assert_eq!(line.as_object().unwrap().len(), 8 + 1 + 1 + 1);
     }
 
     #[test]
@@ -442,6 +460,7 @@ mod tests {
         assert_eq!(total.dead_lettered, 2);
         assert_eq!(total.conflict, 8);
         assert_eq!(total.contended, 18);
+        assert_eq!(total.misconfigured, 10);
         assert_eq!(total.batch_size, 34);
         assert_eq!(total.job_durations.len(), 10);
         assert_eq!(total.job_durations[5..], sample().job_durations[..]);
@@ -467,6 +486,7 @@ mod tests {
             dead_lettered: 12,
             conflict: 0,
             contended: 0,
+            misconfigured: 0,
             batch_size: 542,
             job_durations: durations,
         };
@@ -483,6 +503,17 @@ mod tests {
             raced.summary().contains("conflict 0, contended 12; p50"),
             "{}",
             raced.summary()
+        );
+        let misdeployed = BatchMetrics {
+            misconfigured: 3,
+            ..raced
+        };
+        assert!(
+            misdeployed
+                .summary()
+                .contains("contended 12, misconfigured 3; p50"),
+            "{}",
+            misdeployed.summary()
         );
     }
 

@@ -96,8 +96,9 @@ pub async fn serve<H: Handler>(
 }
 
 /// [`serve`], stopping when `stop` completes instead of on a signal: a
-/// receive in progress is abandoned, a batch in hand is finished and
-/// acknowledged first. For a worker embedded in a larger program, with a
+/// receive in progress is abandoned (after up to a second for an answer
+/// already on its way), messages received but not started are made visible
+/// again at once, and a batch in hand is finished and acknowledged first. For a worker embedded in a larger program, with a
 /// shutdown of its own (and for tests: the simulation runs it this way,
 /// killing it by dropping the future).
 pub async fn serve_until<H: Handler>(
@@ -133,10 +134,18 @@ pub async fn serve_until<H: Handler>(
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send();
+        let mut receive = std::pin::pin!(receive);
         let received = tokio::select! {
-            r = receive => r,
+            r = receive.as_mut() => r,
             () = stop.as_mut() => {
                 tracing::info!("stop requested");
+                // SQS may already have answered, the messages taken off
+                // the queue and on their way: dropped here, they would
+                // stay invisible for a whole visibility timeout. Take the
+                // answer if it comes at once, and hand them back.
+                if let Ok(Ok(out)) = tokio::time::timeout(ANSWER_GRACE, receive).await {
+                    hand_back(host, &queue.url, out.messages()).await;
+                }
                 break;
             }
         };
@@ -156,6 +165,12 @@ pub async fn serve_until<H: Handler>(
             .collect();
         if messages.is_empty() {
             continue;
+        }
+        // Stopped while the receive was answered: nothing started yet.
+        if futures_util::FutureExt::now_or_never(stop.as_mut()).is_some() {
+            tracing::info!("stop requested: the batch received was handed back");
+            hand_back(host, &queue.url, out.messages()).await;
+            break;
         }
         idle_since = Instant::now();
         // A job still running when its visibility ends would be delivered
@@ -189,6 +204,35 @@ pub async fn serve_until<H: Handler>(
     }
     println!("idemq worker: {}", totals.summary());
     Ok(totals)
+}
+
+/// How long a stopping worker waits for the answer of a receive in
+/// progress: an answer already sent arrives well within it, and a long
+/// poll still waiting for messages is abandoned after it.
+const ANSWER_GRACE: Duration = Duration::from_secs(1);
+
+/// Makes messages received but not started visible again at once
+/// (`VisibilityTimeout` 0: "the message is immediately visible",
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html>),
+/// instead of a whole visibility timeout later. Their receive still
+/// counts toward `maxReceiveCount`: SQS counted it when it answered.
+async fn hand_back<H: Handler>(
+    host: &Host<H>,
+    url: &str,
+    messages: &[aws_sdk_sqs::types::Message],
+) {
+    let entries: Vec<(&str, &str, Duration)> = messages
+        .iter()
+        .filter_map(|m| Some((m.message_id()?, m.receipt_handle()?, Duration::ZERO)))
+        .collect();
+    if entries.is_empty() {
+        return;
+    }
+    tracing::info!(
+        messages = entries.len(),
+        "handing back messages not started"
+    );
+    crate::queue::change_visibility(&host.sqs, url, &entries).await;
 }
 
 /// Completes on SIGINT or SIGTERM; never, if SIGTERM cannot be watched.

@@ -1,5 +1,5 @@
 //! `idemq::lambda::BatchService`, the SQS batch handler as a tower service
-//! for a `main` of one's own (issue 13): built with `BatchService::new` from
+//! for a `main` of one's own: built with `BatchService::new` from
 //! an `SdkConfig`, driven through `tower::Service` with the SQS event fixture
 //! `tests/fixtures/sqs_standard_mixed.json`, against SQS and DynamoDB faked
 //! in this process (one HTTP connector; no network, no emulator). The fake
@@ -284,7 +284,13 @@ async fn batch_service_answers_the_fixture_with_the_partial_batch_response() {
     assert_eq!(transactions.len(), 3, "ok and both copies of mixed-dup");
     let mut markers: Vec<String> = fake.markers.lock().unwrap().keys().cloned().collect();
     markers.sort();
-    assert_eq!(markers, ["idemq#job#mixed-dup", "idemq#job#mixed-ok"]);
+    assert_eq!(
+        markers,
+        [
+            "idemq#ns#idemq-lambda-mixed#job#mixed-dup",
+            "idemq#ns#idemq-lambda-mixed#job#mixed-ok"
+        ]
+    );
 
     let dead: Vec<Value> = fake.calls("SendMessage");
     assert_eq!(dead.len(), 2, "permanent and undecodable: {dead:?}");

@@ -42,7 +42,10 @@ fn counter_effect() -> Effect {
 
 fn marker_item(hash: &str) -> Item {
     Item::from([
-        ("pk".to_string(), AttributeValue::S("idemq#job#j-1".into())),
+        (
+            "pk".to_string(),
+            AttributeValue::S("idemq#ns#q#job#j-1".into()),
+        ),
         ("job_id".to_string(), AttributeValue::S("j-1".into())),
         ("payload_hash".to_string(), AttributeValue::S(hash.into())),
         (
@@ -89,7 +92,7 @@ async fn committed_request_is_marker_first_then_the_effect() {
                 && marker.condition_expression() == Some("attribute_not_exists(#pk)")
                 && marker.return_values_on_condition_check_failure()
                     == Some(&ReturnValuesOnConditionCheckFailure::AllOld)
-                && marker.item()["pk"] == AttributeValue::S("idemq#job#j-1".into())
+                && marker.item()["pk"] == AttributeValue::S("idemq#ns#q#job#j-1".into())
                 && marker.item()["payload_hash"]
                     == AttributeValue::S(PayloadHash::of(b"body").to_string())
                 && marker.item().contains_key("expires_at")
@@ -153,11 +156,11 @@ async fn retried_committed_transaction_without_returned_item_is_read_and_is_a_du
 }
 
 #[tokio::test]
-async fn contention_and_throttling_reasons_are_transient() {
+async fn throttling_reasons_are_transient() {
     for code in [
-        "TransactionConflict",
         "ThrottlingError",
         "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
     ] {
         let rule = mock!(Client::transact_write_items)
             .then_error(move || cancelled(vec![reason("None"), reason(code)]));
@@ -166,6 +169,34 @@ async fn contention_and_throttling_reasons_are_transient() {
             CommitOutcome::Transient { reason } => assert!(reason.contains(code), "{reason}"),
             other => panic!("{code}: {other:?}"),
         }
+    }
+}
+
+/// "Transaction conflict handling"
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling>):
+/// a transaction whose item another request is writing at that moment is
+/// cancelled with `TransactionConflict` at that item's index
+/// (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CancellationReason.html>),
+/// and nothing of it is applied: a lost race, not a transient failure.
+#[tokio::test]
+async fn a_transaction_conflict_is_a_lost_race_naming_the_item() {
+    let rule = mock!(Client::transact_write_items).then_error(|| {
+        cancelled(vec![
+            reason("None"),
+            CancellationReason::builder()
+                .code("TransactionConflict")
+                .message("Transaction is ongoing for the item")
+                .build(),
+        ])
+    });
+    let c = committer(client(&[&rule]));
+    match commit(&c, b"body").await.unwrap() {
+        CommitOutcome::Collided { reason } => assert!(
+            reason.contains("TransactionConflict on effect write 0")
+                && reason.contains("Transaction is ongoing for the item"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
     }
 }
 
@@ -235,8 +266,10 @@ async fn throttling_and_server_errors_outside_cancellation_are_transient() {
     ));
 }
 
+/// Inside a transaction DynamoDB does not say which table is missing:
+/// every table the commit writes is named.
 #[tokio::test]
-async fn missing_table_is_a_permanent_error_naming_it() {
+async fn missing_table_is_a_deployment_error_naming_the_tables_written() {
     let rule = mock!(Client::transact_write_items).then_error(|| {
         TransactWriteItemsError::ResourceNotFoundException(
             ResourceNotFoundException::builder()
@@ -247,7 +280,7 @@ async fn missing_table_is_a_permanent_error_naming_it() {
     let c = committer(client(&[&rule]));
     let err = commit(&c, b"body").await.unwrap_err();
     assert!(
-        matches!(err, CommitError::TableNotFound(ref t) if t == TABLE),
+        matches!(err, CommitError::TableNotFound(ref t) if t == &format!("{TABLE} or counters")),
         "{err}"
     );
 }
@@ -264,7 +297,10 @@ async fn invalid_effect_is_refused_before_any_request() {
         payload_hash: &hash,
         queue: "q",
     };
-    let onto_marker = Effect::new().with(Write::delete(TABLE, Key::string("pk", "idemq#job#j-1")));
+    let onto_marker = Effect::new().with(Write::delete(
+        TABLE,
+        Key::string("pk", "idemq#ns#q#job#j-1"),
+    ));
     let err = c.commit(job, &onto_marker).await.unwrap_err();
     assert!(matches!(err, CommitError::Effect(_)), "{err}");
     assert_eq!(rule.num_calls(), 0);
@@ -305,7 +341,7 @@ fn capture_logs() -> (
     (buf, tracing::subscriber::set_default(subscriber))
 }
 
-/// Issue 11 item 9: a table whose key is not the one idemq writes (the table
+/// A table whose key is not the one idemq writes (the table
 /// keyed `id`, the consumer writing `pk`) is a deploy problem: a deploy or
 /// `IDEMQ_ATTR_PK` fixes it, so the job waits with backoff instead of being
 /// dead-lettered as permanent. DynamoDB's messages for it: "One or more
@@ -385,7 +421,7 @@ async fn other_validation_exceptions_stay_permanent() {
 }
 
 // ---------------------------------------------------------------------------
-// The fused marker (Effect::marked_by) and the single-write path (issue 15).
+// The fused marker (Effect::marked_by) and the single-write path.
 // ---------------------------------------------------------------------------
 
 use aws_sdk_dynamodb::operation::put_item::{PutItemError, PutItemOutput};
@@ -558,7 +594,7 @@ async fn fused_marker_in_a_transaction_duplicate_conflict_and_foreign_item() {
 }
 
 /// An effect write's own condition (index 0, the credit) is the business
-/// outcome; contention is transient; an emulator that returns no item has
+/// outcome; contention is a lost race; an emulator that returns no item has
 /// the fused item read back from its own table and key.
 #[tokio::test]
 async fn fused_marker_in_a_transaction_rejected_transient_and_read_back() {
@@ -582,7 +618,7 @@ async fn fused_marker_in_a_transaction_rejected_transient_and_read_back() {
     let c = committer(client(&[&conflict]));
     assert!(matches!(
         commit_effect(&c, b"body", &ledger_effect()).await.unwrap(),
-        CommitOutcome::Transient { .. }
+        CommitOutcome::Collided { .. }
     ));
 
     let bare = mock!(Client::transact_write_items)
@@ -708,31 +744,35 @@ async fn single_put_condition_failure_without_the_item_reads_it_back() {
 }
 
 #[tokio::test]
-async fn single_put_throttling_contention_and_server_errors_are_transient() {
-    let errors: [fn() -> PutItemError; 2] = [
-        || {
-            PutItemError::ProvisionedThroughputExceededException(
-                ProvisionedThroughputExceededException::builder()
-                    .message("slow down")
-                    .build(),
-            )
-        },
-        // The item is in another request's transaction.
-        || {
-            PutItemError::TransactionConflictException(
-                TransactionConflictException::builder()
-                    .message("in a transaction")
-                    .build(),
-            )
-        },
-    ];
-    for error in errors {
-        let put = mock!(Client::put_item).then_error(error);
-        let c = committer(client(&[&put]));
-        assert!(matches!(
-            commit_effect(&c, b"body", &entry_effect()).await.unwrap(),
-            CommitOutcome::Transient { .. }
-        ));
+async fn single_put_throttling_and_server_errors_are_transient_a_conflict_a_lost_race() {
+    let put = mock!(Client::put_item).then_error(|| {
+        PutItemError::ProvisionedThroughputExceededException(
+            ProvisionedThroughputExceededException::builder()
+                .message("slow down")
+                .build(),
+        )
+    });
+    let c = committer(client(&[&put]));
+    assert!(matches!(
+        commit_effect(&c, b"body", &entry_effect()).await.unwrap(),
+        CommitOutcome::Transient { .. }
+    ));
+    // The item is in another request's transaction: nothing written, run
+    // again like a transaction's TransactionConflict.
+    let put = mock!(Client::put_item).then_error(|| {
+        PutItemError::TransactionConflictException(
+            TransactionConflictException::builder()
+                .message("in a transaction")
+                .build(),
+        )
+    });
+    let c = committer(client(&[&put]));
+    match commit_effect(&c, b"body", &entry_effect()).await.unwrap() {
+        CommitOutcome::Collided { reason } => assert!(
+            reason.contains("TransactionConflictException") && reason.contains("in a transaction"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
     }
     let unavailable = mock!(Client::put_item)
         .sequence()
@@ -746,7 +786,7 @@ async fn single_put_throttling_contention_and_server_errors_are_transient() {
 }
 
 #[tokio::test]
-async fn single_put_missing_table_and_key_schema_name_the_effects_table() {
+async fn single_put_missing_table_denied_permission_and_key_schema_name_the_effects_table() {
     let missing = mock!(Client::put_item).then_error(|| {
         PutItemError::ResourceNotFoundException(
             ResourceNotFoundException::builder()
@@ -762,6 +802,23 @@ async fn single_put_missing_table_and_key_schema_name_the_effects_table() {
         matches!(err, CommitError::TableNotFound(ref t) if t == BANK),
         "{err}"
     );
+    // A single write needs its own action on its own table, nothing else.
+    let denied = mock!(Client::put_item).then_error(|| {
+        PutItemError::generic(
+            aws_smithy_types::error::ErrorMetadata::builder()
+                .code("AccessDeniedException")
+                .message("not authorized to perform: dynamodb:PutItem")
+                .build(),
+        )
+    });
+    let c = committer(client(&[&denied]));
+    match commit_effect(&c, b"body", &entry_effect()).await {
+        Err(CommitError::AccessDenied { needs, message }) => {
+            assert_eq!(needs, format!("dynamodb:PutItem on table {BANK}"));
+            assert_eq!(message, "not authorized to perform: dynamodb:PutItem");
+        }
+        other => panic!("{other:?}"),
+    }
     let schema = mock!(Client::put_item).then_error(|| {
         PutItemError::generic(
             aws_smithy_types::error::ErrorMetadata::builder()
@@ -818,4 +875,248 @@ async fn upsert_without_marker_is_one_standard_write_a_conditional_one_a_transac
         CommitOutcome::Committed
     );
     assert_eq!((update.num_calls(), tx.num_calls()), (1, 1));
+}
+
+// ---------------------------------------------------------------------------
+// Through the batch processor: what SQS is asked to do with the message.
+// ---------------------------------------------------------------------------
+
+mod through_the_batch {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
+    use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
+    use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+    use idemq::batch::{BatchReport, Message, Processor};
+    use idemq::classify::{FailureKind, Verdict};
+    use idemq::config::BatchConfig;
+    use idemq::dead_letter::DeadLetters;
+    use idemq::handler::{JobMeta, handler_fn};
+    use idemq::queue::QueueInfo;
+    use idemq::{JobIdResolver, TableLayout};
+    use tokio::time::Instant;
+
+    /// The SDK's `test-util` feature is on for DynamoDB only, so SQS's
+    /// mock client is built by hand.
+    fn sqs(rules: &[&Rule]) -> aws_sdk_sqs::Client {
+        use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region, retry::RetryConfig};
+        let mut interceptor =
+            aws_smithy_mocks::MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny);
+        for rule in rules {
+            interceptor = interceptor.with_rule(rule);
+        }
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "mock"))
+            .retry_config(RetryConfig::disabled())
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(interceptor)
+            .build();
+        aws_sdk_sqs::Client::from_conf(conf)
+    }
+
+    /// `ChangeMessageVisibilityBatch`, every entry accepted.
+    fn visibility_rule() -> Rule {
+        mock!(aws_sdk_sqs::Client::change_message_visibility_batch).then_output(|| {
+            ChangeMessageVisibilityBatchOutput::builder()
+                .set_successful(Some(Vec::new()))
+                .set_failed(Some(Vec::new()))
+                .build()
+                .unwrap()
+        })
+    }
+
+    fn queue() -> QueueInfo {
+        QueueInfo {
+            url: "https://sqs.us-east-1.amazonaws.com/000000000000/races".into(),
+            name: "races".into(),
+            fifo: false,
+            dlq_url: Some("https://sqs.us-east-1.amazonaws.com/000000000000/races-dlq".into()),
+            max_receive_count: Some(6),
+            visibility_timeout: Duration::from_secs(30),
+            retention: Duration::from_secs(4 * 24 * 3600),
+        }
+    }
+
+    /// Job `j-1` on its first receive.
+    fn message() -> Message {
+        let sdk = aws_sdk_sqs::types::Message::builder()
+            .message_id("m-1")
+            .receipt_handle("rh-1")
+            .body(r#"{"n":1}"#)
+            .message_attributes(
+                "idemq-job-id",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value("j-1")
+                    .build()
+                    .unwrap(),
+            )
+            .attributes(MessageSystemAttributeName::ApproximateReceiveCount, "1")
+            .attributes(
+                MessageSystemAttributeName::SentTimestamp,
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis()
+                    .to_string(),
+            )
+            .build();
+        Message::from_sdk(&sdk, Instant::now()).expect("message")
+    }
+
+    /// Runs one message through a processor whose handler returns
+    /// [`counter_effect`]; returns the report and the handler's runs.
+    async fn process(ddb: Client, sqs: aws_sdk_sqs::Client) -> (BatchReport, u32) {
+        let runs = Arc::new(AtomicU32::new(0));
+        let counted = runs.clone();
+        let handler = handler_fn(move |_: serde_json::Value, _: JobMeta| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(counter_effect()) }
+        });
+        let layout = TableLayout::new(TABLE);
+        let ttl = Duration::from_secs(3600);
+        let processor = Processor::new(
+            handler,
+            Committer::new(ddb.clone(), layout.clone(), ttl),
+            DeadLetters::new(ddb, sqs.clone(), layout, ttl),
+            sqs,
+            JobIdResolver::new(),
+            BatchConfig::default(),
+        );
+        let report = processor
+            .process(
+                &queue(),
+                &[message()],
+                Instant::now() + Duration::from_secs(30),
+            )
+            .await;
+        (report, runs.load(Ordering::SeqCst))
+    }
+
+    fn conflict() -> TransactWriteItemsError {
+        cancelled(vec![
+            reason("None"),
+            CancellationReason::builder()
+                .code("TransactionConflict")
+                .message("Transaction is ongoing for the item")
+                .build(),
+        ])
+    }
+
+    /// A lost race does not spend a receive (README, docs/reliability.md):
+    /// a transaction cancelled with `TransactionConflict` applied nothing
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling>),
+    /// so the job runs again in the same invocation and commits there: no
+    /// `ChangeMessageVisibility`, no failure record, acknowledged on the
+    /// receive it came with. The local emulator serialises requests and
+    /// never cancels one this way, so DynamoDB is a mock here.
+    #[tokio::test(start_paused = true)]
+    async fn a_transaction_conflict_then_a_commit_spends_one_receive() {
+        let transact = mock!(Client::transact_write_items)
+            .sequence()
+            .error(conflict)
+            .output(|| TransactWriteItemsOutput::builder().build())
+            .build();
+        let record = mock!(Client::put_item).then_output(|| PutItemOutput::builder().build());
+        let visibility = visibility_rule();
+        let (report, runs) = process(client(&[&transact, &record]), sqs(&[&visibility])).await;
+        assert_eq!(report.verdicts[0].1, Verdict::Succeeded, "{report:?}");
+        assert_eq!((transact.num_calls(), runs), (2, 2), "run again at once");
+        assert_eq!(visibility.num_calls(), 0, "no backoff, no receive spent");
+        assert_eq!(record.num_calls(), 0, "no failure record");
+        assert!(report.failed.is_empty() && report.done == ["rh-1"]);
+        assert_eq!(report.metrics.contended, 1, "the lost race is counted");
+    }
+
+    /// Past the re-run bound ([`BatchConfig::contention_retries`], 3 by
+    /// default) a conflict that keeps coming backs off as before, recorded
+    /// as `contended`.
+    #[tokio::test(start_paused = true)]
+    async fn conflicts_beyond_the_bound_back_off() {
+        let transact = mock!(Client::transact_write_items).then_error(conflict);
+        let record = mock!(Client::put_item).then_output(|| PutItemOutput::builder().build());
+        let visibility = visibility_rule();
+        let (report, runs) = process(client(&[&transact, &record]), sqs(&[&visibility])).await;
+        match &report.verdicts[0].1 {
+            Verdict::Retry { failure, .. } => {
+                assert_eq!(failure.kind, FailureKind::Contended);
+                assert!(failure.error.contains("TransactionConflict"), "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((transact.num_calls(), runs), (4, 4), "1 run + 3 re-runs");
+        assert_eq!(visibility.num_calls(), 1, "backed off");
+        assert_eq!(report.failed, ["m-1"]);
+    }
+
+    /// A role without `dynamodb:UpdateItem` on the effect's table: DynamoDB
+    /// answers `AccessDeniedException`
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/CommonErrors.html>),
+    /// for every job, until a deploy grants it. The job is retried (nothing
+    /// lost), but as a deployment error: its failure record says so and
+    /// names each permission and table the commit needs, the batch counts
+    /// it in `JobsMisconfigured` (the alarm's metric), and it is logged as
+    /// an error.
+    #[tokio::test(start_paused = true)]
+    async fn access_denied_is_a_deployment_error_with_its_metric_and_record() {
+        let denied = "User: arn:aws:sts::000000000000:assumed-role/consumer/fn is not \
+                      authorized to perform: dynamodb:UpdateItem on resource: \
+                      arn:aws:dynamodb:us-east-1:000000000000:table/counters";
+        let transact = mock!(Client::transact_write_items).then_error(move || {
+            TransactWriteItemsError::generic(
+                aws_smithy_types::error::ErrorMetadata::builder()
+                    .code("AccessDeniedException")
+                    .message(denied)
+                    .build(),
+            )
+        });
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let seen = records.clone();
+        let record = mock!(Client::put_item)
+            .match_requests(move |req| {
+                seen.lock()
+                    .unwrap()
+                    .push(req.item().cloned().unwrap_or_default());
+                true
+            })
+            .then_output(|| PutItemOutput::builder().build());
+        let visibility = visibility_rule();
+        let (logs, _guard) = capture_logs();
+        let (report, runs) = process(client(&[&transact, &record]), sqs(&[&visibility])).await;
+        let failure = match &report.verdicts[0].1 {
+            Verdict::Retry { failure, .. } => failure.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(failure.kind, FailureKind::Deployment);
+        assert_eq!(runs, 1, "not re-run: nothing a re-run could change");
+        assert_eq!(visibility.num_calls(), 1, "retried with backoff");
+        assert_eq!(report.metrics.misconfigured, 1);
+        let emf = report.metrics.to_emf_lines("races", std::time::UNIX_EPOCH);
+        let line: serde_json::Value = serde_json::from_str(&emf[0]).unwrap();
+        assert_eq!(line["JobsMisconfigured"], 1);
+
+        let records = records.lock().unwrap();
+        assert_eq!(records.len(), 1);
+        let text = |k: &str| records[0][k].as_s().unwrap().clone();
+        assert_eq!(text("kind"), "deployment");
+        let error = text("error");
+        for needed in [
+            "dynamodb:PutItem on table idemq-test",
+            "dynamodb:UpdateItem on table counters",
+            "not authorized to perform: dynamodb:UpdateItem",
+        ] {
+            assert!(error.contains(needed), "{needed} not in {error}");
+        }
+        let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        assert!(
+            logs.lines().any(|l| l.contains("ERROR")
+                && l.contains("lacks a permission")
+                && l.contains("dynamodb:UpdateItem on table counters")),
+            "{logs}"
+        );
+    }
 }

@@ -109,7 +109,11 @@ async fn assert_entry_is_the_marker(
     assert_eq!(s(&e, "body"), Some(body), "the first payload's entry");
     assert!(!e.contains_key("expires_at"), "the user's item gets no TTL");
     let job = JobId::new(id).unwrap();
-    assert_eq!(c.read_marker(&job).await.unwrap(), None, "no marker item");
+    assert_eq!(
+        c.read_marker("local", &job).await.unwrap(),
+        None,
+        "no marker item"
+    );
 }
 
 #[tokio::test]
@@ -297,7 +301,7 @@ async fn single_upsert_without_marker_is_applied_every_time() {
     }
     assert_eq!(number(&ddb, &t, "counter#job-6", "n").await, Some(2));
     let job = JobId::new("job-6").unwrap();
-    assert_eq!(c.read_marker(&job).await.unwrap(), None);
+    assert_eq!(c.read_marker("local", &job).await.unwrap(), None);
 }
 
 /// 8 tasks x the same 200 jobs through the fused transaction: every counter

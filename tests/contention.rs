@@ -1,4 +1,4 @@
-//! Optimistic concurrency (issue 14 part 2) at the SDK level, through the
+//! Optimistic concurrency at the SDK level, through the
 //! test kit (`idemq::testing`): the real Lambda batch service against the
 //! in-memory DynamoDB and SQS. A "rival" commits between the handler's read
 //! and idemq's commit, so the commit loses the race exactly when the test

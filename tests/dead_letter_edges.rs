@@ -57,13 +57,16 @@ async fn die_permanently(res: &InitReport, error: &'static str, calls: &Calls) {
     run_with(handler, args, batch).await.expect("worker");
 }
 
-fn dead_letters(sdk: &aws_config::SdkConfig, table: &str) -> DeadLetters {
+/// Records of the consumer of `queue` (its namespace), as `idemq dlq`
+/// reads them.
+fn dead_letters(sdk: &aws_config::SdkConfig, table: &str, queue: &str) -> DeadLetters {
     DeadLetters::new(
         aws_sdk_dynamodb::Client::new(sdk),
         aws_sdk_sqs::Client::new(sdk),
         TableLayout::new(table),
         Duration::from_secs(3600),
     )
+    .with_source_queues(&[queue])
 }
 
 /// Every message of a queue with its attributes, received once and made
@@ -190,7 +193,7 @@ async fn refused_context_does_not_loop_and_message_id_jobs_keep_their_id() {
     bare.sort();
     assert_eq!(bare, vec!["idemq-job-id"], "context left out to fit 1 KiB");
     // The failure record keeps what the attributes could not carry.
-    let rec = dead_letters(&sdk, &res.table_name)
+    let rec = dead_letters(&sdk, &res.table_name, &res.queue_url)
         .read(Some("big-1"), "")
         .await
         .unwrap()
@@ -243,7 +246,7 @@ async fn a_message_id_job_keeps_its_identity_through_idemqs_dead_letter() {
     let dead = peek(&sqs, &res.dlq_url, 2).await;
     assert_eq!(value(&dead[&message_id], "idemq-job-id"), message_id);
     assert!(!value(&dead[&too_long], ATTR_ERROR).is_empty());
-    let dl = dead_letters(&sdk, &res.table_name);
+    let dl = dead_letters(&sdk, &res.table_name, &res.queue_url);
     let rec = dl
         .read(None, &invalid_message_id)
         .await
@@ -331,7 +334,7 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
     {
         r.unwrap_or_else(|e| panic!("{id}: {e}"));
     }
-    let dl = dead_letters(&sdk, &res.table_name);
+    let dl = dead_letters(&sdk, &res.table_name, &res.queue_url);
     let calls: Calls = Arc::default();
     let mut last_failed_at = SystemTime::UNIX_EPOCH;
     let mut last_attribute = String::new();
@@ -400,7 +403,7 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
 async fn a_failure_record_with_a_huge_error_chain_is_stored_capped() {
     let sdk = sdk().await;
     let layout = common::fresh_table(&sdk).await;
-    let dl = dead_letters(&sdk, &layout.table_name);
+    let dl = dead_letters(&sdk, &layout.table_name, "q");
     let mut chain: Vec<String> = (0..60)
         .map(|i| format!("layer {i}: {}", "z".repeat(10_000)))
         .collect();

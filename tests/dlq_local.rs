@@ -397,3 +397,213 @@ async fn export_delete_then_import_round_trips() {
     let totals = work_ledger(&res, &[], 4).await;
     assert_eq!(totals.succeeded, 25, "{}", totals.summary());
 }
+
+/// Sends `(job id, body)` letters straight to a DLQ, each stamped with
+/// its `idemq-job-id`, as idemq's own dead-lettering leaves them.
+async fn put_letters(sdk: &aws_config::SdkConfig, dlq_url: &str, letters: &[(&str, &str)]) {
+    let dlq = Producer::new(sdk, dlq_url).await.unwrap();
+    for (id, body) in letters {
+        // One at a time: two copies of one job in one batch would share
+        // the batch entry id.
+        for (id, r) in dlq.send_batch(vec![Job::raw(*id, *body)]).await {
+            r.unwrap_or_else(|e| panic!("{id}: {e}"));
+        }
+    }
+}
+
+/// After a crash a job can sit in the DLQ twice: idemq's own dead-letter
+/// send landed, then SQS's redrive moved the original too. The tools count
+/// it once, and one redrive sends it back once and empties the DLQ.
+#[tokio::test]
+async fn two_copies_of_one_job_are_one_letter_and_one_redrive_empties_the_dlq() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    put_letters(
+        &sdk,
+        &res.dlq_url,
+        &[
+            ("twice", r#"{"n":1}"#),
+            ("twice", r#"{"n":1}"#),
+            ("once", r#"{"n":2}"#),
+        ],
+    )
+    .await;
+    assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 3);
+
+    let out = idemq(&["dlq", "stats", "--json", "--dlq-url", &res.dlq_url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["jobs"], 2, "{stats}");
+    assert_eq!(stats["read"], 3, "{stats}");
+
+    let out = idemq(&["dlq", "list", "--json", "--dlq-url", &res.dlq_url]);
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let twice = rows.iter().find(|r| r["job_id"] == "twice").unwrap();
+    assert_eq!(twice["copies"], 2, "{twice}");
+
+    let out = idemq(&["dlq", "redrive", "--dlq-url", &res.dlq_url]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("moved 2, skipped 0, failed 0"), "{stdout}");
+    assert_eq!(
+        dlq_total(&sqs, &res.dlq_url).await,
+        0,
+        "no copy left behind: {stdout}"
+    );
+    let mut back: Vec<String> = drain(&sqs, &res.queue_url)
+        .await
+        .into_iter()
+        .map(|m| m.0)
+        .collect();
+    back.sort();
+    assert_eq!(back, ["once", "twice"], "each job once on its source queue");
+}
+
+/// Letters another reader holds are invisible to a redrive: it says how
+/// many, fails, and with `--wait` moves them once they come back.
+#[tokio::test]
+async fn a_redrive_reports_letters_held_elsewhere_and_can_wait_for_them() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    put_letters(
+        &sdk,
+        &res.dlq_url,
+        &[
+            ("h1", r#"{"n":1}"#),
+            ("h2", r#"{"n":2}"#),
+            ("h3", r#"{"n":3}"#),
+        ],
+    )
+    .await;
+    // Another reader takes all three and holds them 8 s.
+    let mut taken = 0;
+    while taken < 3 {
+        let out = sqs
+            .receive_message()
+            .queue_url(&res.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(8)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        taken += out.messages().len();
+    }
+    let held_at = Instant::now();
+
+    let out = idemq(&["dlq", "redrive", "--dlq-url", &res.dlq_url]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(held_at.elapsed() < Duration::from_secs(8), "took too long");
+    assert!(
+        !out.status.success(),
+        "nothing moved is not a success: {stdout}{stderr}"
+    );
+    assert!(stdout.contains("moved 0"), "{stdout}");
+    assert!(
+        stderr.contains("3 dead letters are held by another reader"),
+        "{stderr}"
+    );
+    assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 3);
+
+    let out = idemq(&["dlq", "redrive", "--dlq-url", &res.dlq_url, "--wait", "30s"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("moved 3, skipped 0, failed 0"), "{stdout}");
+    assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 0);
+    assert_eq!(drain(&sqs, &res.queue_url).await.len(), 3);
+}
+
+/// Many jobs with two copies each, the second copies behind all the first
+/// ones: one receive loop reads most copies after their job's chosen copy
+/// was sent. Being stamped before SQS's own first-receive times
+/// of the run, they are still known as older than that send, and removed.
+#[tokio::test]
+async fn copies_read_after_their_job_was_sent_are_removed_too() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let jobs: Vec<(String, String)> = (0..30)
+        .map(|i| (format!("j{i}"), format!("{{\"n\":{i}}}")))
+        .collect();
+    let letters: Vec<(&str, &str)> = jobs
+        .iter()
+        .chain(&jobs)
+        .map(|(id, body)| (id.as_str(), body.as_str()))
+        .collect();
+    put_letters(&sdk, &res.dlq_url, &letters).await;
+    assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 60);
+
+    let out = idemq(&[
+        "dlq",
+        "redrive",
+        "--dlq-url",
+        &res.dlq_url,
+        "--concurrency",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("moved 30, skipped 0, failed 0"), "{stdout}");
+    assert!(stdout.contains("removed 30 duplicate copies"), "{stdout}");
+    assert_eq!(dlq_total(&sqs, &res.dlq_url).await, 0, "{stdout}");
+    let back = drain(&sqs, &res.queue_url).await;
+    let ids: HashSet<&str> = back.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!((back.len(), ids.len()), (30, 30), "each job once");
+}
+
+/// A redrive of jobs with two copies each, SIGKILLed at random instants and
+/// rerun until the DLQ is empty: a copy is deleted only after its job's
+/// chosen copy was sent, so every job reaches the source queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redrive_of_copies_loses_no_job() {
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "dlq", false, 1, 5).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let jobs: Vec<(String, String)> = (0..40)
+        .map(|i| (format!("k{i}"), format!("{{\"n\":{i}}}")))
+        .collect();
+    let letters: Vec<(&str, &str)> = jobs
+        .iter()
+        .flat_map(|(id, body)| [(id.as_str(), body.as_str()); 2])
+        .collect();
+    put_letters(&sdk, &res.dlq_url, &letters).await;
+
+    let kills = redrive_killed_at_random(
+        &sqs,
+        &res.dlq_url,
+        &["--rate", "40"],
+        Duration::from_millis(900),
+    )
+    .await;
+
+    let back = drain(&sqs, &res.queue_url).await;
+    let ids: HashSet<&str> = back.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(ids.len(), 40, "every job sent back at least once");
+    eprintln!(
+        "killed {kills} times; {} copies on the source queue for 40 jobs",
+        back.len()
+    );
+}

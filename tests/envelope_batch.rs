@@ -164,7 +164,7 @@ async fn three_sns_deliveries_of_one_job_write_one_key_and_one_hash() {
         "{verdicts:?}"
     );
     let want = (
-        "idemq#job#t-1".to_string(),
+        "idemq#ns#env#job#t-1".to_string(),
         PayloadHash::of(inner.as_bytes()).to_string(),
     );
     assert_eq!(markers, vec![want.clone(), want.clone(), want]);
@@ -204,7 +204,7 @@ async fn two_eventbridge_events_of_one_detail_write_one_key_and_one_hash() {
     let (markers, jobs, _) = run(resolver, &messages).await;
     let canonical = r#"{"amount":7,"transfer_id":"t-2"}"#;
     let want = (
-        "idemq#job#t-2".to_string(),
+        "idemq#ns#env#job#t-2".to_string(),
         PayloadHash::of(canonical.as_bytes()).to_string(),
     );
     assert_eq!(markers, vec![want.clone(), want]);

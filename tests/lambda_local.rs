@@ -257,13 +257,16 @@ async fn counter(
     number(ddb, probe.table(), &format!("probe#{run}-{job}"), "n").await
 }
 
-fn dead_letters(sdk: &aws_config::SdkConfig, probe: &Probe) -> DeadLetters {
+/// The failure records of jobs from `queue`: in its namespace (the
+/// queue's name, the function's default).
+fn dead_letters(sdk: &aws_config::SdkConfig, probe: &Probe, queue: &Queue) -> DeadLetters {
     DeadLetters::new(
         aws_sdk_dynamodb::Client::new(sdk),
         aws_sdk_sqs::Client::new(sdk),
         TableLayout::new(probe.table()),
         DEFAULT_MARKER_TTL,
     )
+    .with_source_queues(&[&queue.name])
 }
 
 /// Waits (briefly: watch relays the function's output as it comes) for a
@@ -422,7 +425,7 @@ async fn standard_batch_reports_only_the_transient_job() {
         "a payload reached the function's logs"
     );
 
-    let dl = dead_letters(&sdk, &probe);
+    let dl = dead_letters(&sdk, &probe, &q);
     let expect = [
         (
             "mixed-transient",
@@ -538,7 +541,7 @@ async fn fifo_group_stops_at_its_first_failure() {
     for job in ["fifo-a1", "fifo-b1", "fifo-b2", "fifo-b3"] {
         assert_eq!(counter(&ddb, &probe, &run, job).await, Some(1), "{job}");
     }
-    let dl = dead_letters(&sdk, &probe);
+    let dl = dead_letters(&sdk, &probe, &q);
     for job in ["fifo-a3", "fifo-a4"] {
         assert_eq!(
             counter(&ddb, &probe, &run, job).await,
@@ -579,7 +582,7 @@ async fn a_panic_fails_only_its_job() {
         assert_eq!(counter(&ddb, &probe, &run, job).await, Some(1), "{job}");
     }
     assert_eq!(counter(&ddb, &probe, &run, "panic-boom").await, None);
-    let rec = dead_letters(&sdk, &probe)
+    let rec = dead_letters(&sdk, &probe, &q)
         .read(Some(&format!("{run}-panic-boom")), "")
         .await
         .unwrap()
@@ -651,7 +654,7 @@ async fn near_the_deadline_unstarted_jobs_are_reported_in_time() {
     for job in ["deadline-s1", "deadline-s2"] {
         assert_eq!(counter(&ddb, &probe, &run, job).await, Some(1), "{job}");
     }
-    let dl = dead_letters(&sdk, &probe);
+    let dl = dead_letters(&sdk, &probe, &q);
     for job in [
         "deadline-hog",
         "deadline-ok1",

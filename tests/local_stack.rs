@@ -78,7 +78,7 @@ async fn commit_then_duplicate_applies_once() {
     assert_eq!(number(&ddb, &t, "counter#job-1", "n").await, Some(1));
 
     let marker = c
-        .read_marker(&JobId::new("job-1").unwrap())
+        .read_marker("local", &JobId::new("job-1").unwrap())
         .await
         .unwrap()
         .expect("marker");
@@ -155,7 +155,7 @@ async fn failing_effect_condition_is_rejected_and_leaves_no_marker() {
         matches!(outcome, CommitOutcome::Rejected { index: 1, .. }),
         "{outcome:?}"
     );
-    assert_eq!(c.read_marker(&id).await.unwrap(), None);
+    assert_eq!(c.read_marker("local", &id).await.unwrap(), None);
     assert_eq!(
         number(&ddb, &t, "counter#job-3", "n").await,
         None,
@@ -206,7 +206,7 @@ async fn effect_without_marker_is_applied_every_time() {
     // The opt-out is for naturally idempotent effects; a counter is not one,
     // which is exactly what this shows.
     assert_eq!(number(&ddb, &t, "counter#job-4", "n").await, Some(2));
-    assert_eq!(c.read_marker(&id).await.unwrap(), None);
+    assert_eq!(c.read_marker("local", &id).await.unwrap(), None);
 }
 
 /// 8 concurrent tasks each commit the same 200 job ids: every counter ends
@@ -253,9 +253,9 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Issue 11 item 9: `idemq init` reads the consumer's layout variables, so
+/// `idemq init` reads the consumer's layout variables, so
 /// a consumer run with IDEMQ_ATTR_PK=id finds a table keyed `id`, and init
-/// says which layout it used. Issue 16 item 8: what it creates is what the
+/// says which layout it used. And what it creates is what the
 /// templates create (both queues SSE-SQS; the table on-demand with KMS
 /// encryption, point-in-time recovery and deletion protection).
 #[tokio::test]

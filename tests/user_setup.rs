@@ -1,4 +1,4 @@
-//! `idemq::run` in a program that set up its own observability (issue 13):
+//! `idemq::run` in a program that set up its own observability:
 //! a global `tracing` subscriber and a panic hook installed before `run`
 //! are both left in place. One test in this file: it sets process-wide
 //! state (the global subscriber, the panic hook, environment variables).

@@ -143,7 +143,8 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
         sqs.clone(),
         TableLayout::new(&res.table_name),
         DEFAULT_MARKER_TTL,
-    );
+    )
+    .with_source_queues(&[&res.queue_url]);
     for id in &outage {
         let rec = dl
             .read(Some(id), "")
@@ -468,4 +469,161 @@ async fn a_stop_during_a_batch_finishes_and_acknowledges_it() {
     let left = count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
         + count(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible);
     assert_eq!(left, 2, "the finished job acknowledged, the others left");
+}
+
+/// When [`StopOn`] fires the worker's stop.
+#[derive(Debug, Clone, Copy)]
+enum StopWhen {
+    /// A `ReceiveMessage` request is on its way to SQS: the stop lands
+    /// while SQS answers, the answer still to arrive.
+    Sent,
+    /// A `ReceiveMessage` answer holding messages has been read, before
+    /// the worker sees it.
+    Answered,
+}
+
+/// Fires a worker's stop at a point of a `ReceiveMessage` call.
+#[derive(Debug)]
+struct StopOn(StopWhen, tokio::sync::watch::Sender<bool>);
+
+impl aws_sdk_sqs::config::Intercept for StopOn {
+    fn name(&self) -> &'static str {
+        "StopOn"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_sqs::config::RuntimeComponents,
+        _: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        // The JSON protocol names the operation in X-Amz-Target.
+        let receive = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .is_some_and(|t| t.ends_with(".ReceiveMessage"));
+        if matches!(self.0, StopWhen::Sent) && receive {
+            self.1.send_replace(true);
+        }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::AfterDeserializationInterceptorContextRef<'_>,
+        _: &aws_sdk_sqs::config::RuntimeComponents,
+        _: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        let answered = context
+            .output_or_error()
+            .ok()
+            .and_then(|out| {
+                out.downcast_ref::<aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput>()
+            })
+            .is_some_and(|out| !out.messages().is_empty());
+        if matches!(self.0, StopWhen::Answered) && answered {
+            self.1.send_replace(true);
+        }
+        Ok(())
+    }
+}
+
+/// A stop that fires once a receive has been answered: the messages it
+/// took are handed back (visibility 0), not run and not left invisible for
+/// the queue's 30 s visibility timeout: a receive right after gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_a_receive_is_answered_hands_its_messages_back() {
+    stop_during_a_receive_hands_its_messages_back(StopWhen::Answered).await;
+}
+
+/// The same with the stop firing while the receive is on its way: SQS
+/// answers (taking the messages) after the stop; the worker takes that
+/// answer and hands them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_a_receive_is_on_its_way_hands_its_messages_back() {
+    stop_during_a_receive_hands_its_messages_back(StopWhen::Sent).await;
+}
+
+async fn stop_during_a_receive_hands_its_messages_back(when: StopWhen) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use idemq::config::IdempotencyConfig;
+    use idemq::handler::{JobMeta, handler_fn};
+    use idemq::host::Host;
+    use idemq::worker::serve_until;
+
+    let sdk = sdk().await;
+    let res = init_queue(&sdk, "handback", false, 6, 30).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let jobs: Vec<(Option<String>, String)> = (0..3)
+        .map(|i| (Some(format!("back-{i}")), "{}".to_owned()))
+        .collect();
+    send(&sqs, &res.queue_url, &jobs).await;
+
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let watched = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&sdk)
+            .interceptor(StopOn(when, stop_tx))
+            .build(),
+    );
+    let ran = Arc::new(AtomicU64::new(0));
+    let handler = {
+        let ran = Arc::clone(&ran);
+        handler_fn(move |_: serde_json::Value, _: JobMeta| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { Ok(idemq::Effect::new()) }
+        })
+    };
+    let host = Host::from_clients(
+        handler,
+        watched,
+        ddb,
+        TableLayout::new(&res.table_name),
+        IdempotencyConfig::default(),
+        BatchConfig::default(),
+    );
+    let stop = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
+    let args = WorkerArgs::new(res.queue_url.clone());
+    let totals = tokio::time::timeout(Duration::from_secs(60), serve_until(&host, &args, stop))
+        .await
+        .expect("the worker stopped")
+        .expect("worker");
+    let stopped = Instant::now();
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "a job started after the stop"
+    );
+    assert_eq!(totals.succeeded, 0, "{}", totals.summary());
+
+    // Well before the 30 s visibility timeout, all three are back.
+    let mut back = HashSet::new();
+    while back.len() < 3 && stopped.elapsed() < Duration::from_secs(10) {
+        let out = sqs
+            .receive_message()
+            .queue_url(&res.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        back.extend(
+            out.messages()
+                .iter()
+                .map(|m| attribute(m, "idemq-job-id").to_owned()),
+        );
+    }
+    assert_eq!(
+        back.len(),
+        3,
+        "received again within {:?} of the stop: {back:?}",
+        stopped.elapsed()
+    );
+    assert!(stopped.elapsed() < Duration::from_secs(10));
 }

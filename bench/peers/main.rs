@@ -25,7 +25,7 @@
 //! 6. write cost by job shape ([`shapes`]): idemq with its fused marker and
 //!    with a separate one, plain and Powertools, on the two-item ledger and a
 //!    one-item job: requests, write units and USD per million jobs;
-//! 7. the cost model, and the goals of issue 7.
+//! 7. the cost model, and idemq's goals against its peers.
 //!
 //! Where each part is: [`harness`] (resources, function processes,
 //! proxies), [`jobs`] (the ledger jobs, their SQS events, statistics),
@@ -277,7 +277,7 @@ pub struct Results {
     pub bootstrap_bytes: u64,
     pub peak_rss_mb: BTreeMap<String, f64>,
     pub release_build: Option<String>,
-    /// Write cost by job shape (absent from runs before issue 15).
+    /// Write cost by job shape (absent from runs before the fused marker).
     #[serde(default)]
     pub shapes: Vec<shapes::ShapeCost>,
 }

@@ -1,7 +1,7 @@
 //! The results as Markdown: the blocks of `BENCHMARKS.md` between
 //! `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, which a run rewrites
 //! (the prose around them is written by hand), plus the cost model and the
-//! goals of issue 7.
+//! goals against its peers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! What a job costs in DynamoDB, by job shape (issue 15): idemq with its
+//! What a job costs in DynamoDB, by job shape: idemq with its
 //! fused marker (the job's own item is the marker), idemq with a separate
 //! marker item, the plain consumer and Powertools, each doing
 //! - the **ledger** job: credit the account and record the entry (two items);

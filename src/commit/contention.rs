@@ -1,5 +1,5 @@
 //! A lost optimistic-concurrency race, told apart from a business
-//! rejection (issue 14 part 2).
+//! rejection.
 //!
 //! A write marked [`Write::optimistic`](crate::effect::Write::optimistic)
 //! guards state the handler read (`version = :read`); its failed condition

@@ -55,7 +55,11 @@ pub(super) enum Single<'e> {
 /// Whether `effect` (validated) is committed with one standard write.
 pub(super) fn eligible(effect: &Effect) -> Option<Single<'_>> {
     match effect.writes() {
-        [only] if effect.fused_index() == Some(0) => Some(Single::Marker(only)),
+        // A switching marker adds a check on the other form's item: a
+        // transaction.
+        [only] if effect.fused_index() == Some(0) && !effect.is_switching_marker_form() => {
+            Some(Single::Marker(only))
+        }
         [only]
             if !effect.uses_marker()
                 && only.condition_expression().is_none()
@@ -70,6 +74,15 @@ pub(super) fn eligible(effect: &Effect) -> Option<Single<'_>> {
 /// The errors of the standard writes, which carry a failed condition's
 /// item themselves.
 trait SingleWriteError: WriteError {
+    /// A transaction held the item at that moment: a `PutItem`,
+    /// `UpdateItem` or `DeleteItem` on an item that an ongoing
+    /// `TransactWriteItems` includes is refused with
+    /// `TransactionConflictException`
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling>).
+    /// Nothing was written: a lost race, re-run like a transaction's
+    /// `TransactionConflict` ([`CommitOutcome::Collided`]).
+    fn collided(&self) -> bool;
+
     /// `Some` when the write's condition failed, with the item if DynamoDB
     /// returned it.
     fn condition_failed(&self) -> Option<Option<&Item>>;
@@ -83,9 +96,6 @@ macro_rules! single_write_error {
                     || self.is_request_limit_exceeded()
                     || self.is_throttling_exception()
                     || self.is_internal_server_error()
-                    // The item is in a transaction right now
-                    // (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling).
-                    || self.is_transaction_conflict_exception()
                     || self.is_replicated_write_conflict_exception()
             }
 
@@ -95,6 +105,10 @@ macro_rules! single_write_error {
         }
 
         impl SingleWriteError for $error {
+            fn collided(&self) -> bool {
+                self.is_transaction_conflict_exception()
+            }
+
             fn condition_failed(&self) -> Option<Option<&Item>> {
                 match self {
                     $error::ConditionalCheckFailedException(e) => Some(e.item()),
@@ -233,6 +247,11 @@ impl Committer {
             if let Some(item) = e.condition_failed() {
                 return Failed::Condition(item.cloned());
             }
+            if e.collided() {
+                return Failed::Classified(Ok(CommitOutcome::Collided {
+                    reason: format!("write to table {table} refused: {e}"),
+                }));
+            }
             if e.code() == Some("ValidationException") {
                 let message = e.message().unwrap_or("");
                 if let Some(named) = key_schema_attribute(message) {
@@ -246,6 +265,6 @@ impl Committer {
                 }
             }
         }
-        Failed::Classified(classify_sdk_error(err, table))
+        Failed::Classified(classify_sdk_error(err, &self.needs(effect)))
     }
 }

@@ -4,8 +4,10 @@
 //! records, idemq's own dead letters with their context), is
 //! [`crate::dead_letter`]. Here: [`peek`] reads the DLQ without consuming
 //! it, [`redrive`] moves dead letters back (sending before deleting, so a
-//! kill at any instant loses nothing); the `idemq dlq export` / `import`
+//! kill at any instant loses nothing), and both take a job's copies as one
+//! letter ([`copies`]); the `idemq dlq export` / `import`
 //! commands keep them as JSON lines.
 
+pub mod copies;
 pub mod peek;
 pub mod redrive;

@@ -94,6 +94,18 @@ impl DeadMessage {
         Some(UNIX_EPOCH + Duration::from_millis(ms))
     }
 
+    /// Its `ApproximateFirstReceiveTimestamp`: when some reader first
+    /// received it, by SQS's clock; so no later than SQS's "now" at any
+    /// receive that returned it.
+    pub fn first_received_at(&self) -> Option<SystemTime> {
+        let ms: u64 = self
+            .system
+            .get(&Sys::ApproximateFirstReceiveTimestamp)?
+            .parse()
+            .ok()?;
+        Some(UNIX_EPOCH + Duration::from_millis(ms))
+    }
+
     /// The job id the consumer resolved for this message, and where it
     /// came from: the `idemq-job-id` attribute, else the body pointer, else
     /// the MessageId. For a message SQS's own redrive moved here, the

@@ -23,11 +23,12 @@ use aws_sdk_sqs::error::DisplayErrorContext;
 use futures_util::future::join_all;
 use serde::Serialize;
 
+use super::copies::{Further, Moving, judge_further, payload_hash};
 use super::peek::{Context, DeadMessage, Peek, Sweep};
 use crate::dead_letter::{DeadLetters, DlqError};
 use crate::job::JobIdResolver;
 use crate::producer::{Job, Producer};
-use crate::queue::url_of_arn;
+use crate::queue::{QueueInfo, url_of_arn};
 
 /// Which dead letters to move. Empty: all of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -153,6 +154,10 @@ pub struct RedriveOptions {
     /// `idemq-job-id` attribute, the body pointer, the MessageId): the id
     /// its failure record is under, and the `idemq-job-id` its copy carries.
     pub resolver: JobIdResolver,
+    /// While letters are held by another reader (in flight), read again
+    /// for up to this long until they come back; `None`: one pass, and
+    /// the held ones are reported in [`RedriveReport::held_elsewhere`].
+    pub wait: Option<Duration>,
 }
 
 impl Default for RedriveOptions {
@@ -165,6 +170,7 @@ impl Default for RedriveOptions {
             to: None,
             concurrency: 4,
             resolver: JobIdResolver::new(),
+            wait: None,
         }
     }
 }
@@ -195,10 +201,44 @@ pub struct RedriveReport {
     /// groups blocked behind letters it left in place); 0 on a standard
     /// queue or when `--max` ended the run.
     pub unseen: u64,
+    /// Copies of a moved job (same job id, same payload) removed from the
+    /// DLQ once the chosen copy was sent (dry run: would be removed): their
+    /// MessageIds. Not counted as skipped.
+    pub copies: Vec<String>,
+    /// Copies whose delete failed: still in the DLQ, harmless (a rerun
+    /// sends the job again, absorbed as a duplicate).
+    pub copies_not_deleted: Vec<String>,
+    /// Of the skipped: (job id, message id) of letters that share a moved
+    /// letter's job id but not its payload. Not copies, so left in place:
+    /// the consumer would take one of them for a conflict.
+    pub different_payload: Vec<(String, String)>,
+    /// Letters in flight, held by another reader (a killed run, a
+    /// concurrent `idemq dlq` command), when the redrive ended: it could
+    /// not read them.
+    pub held_elsewhere: Option<HeldElsewhere>,
+}
+
+/// Dead letters another reader holds invisible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HeldElsewhere {
+    /// About how many (`ApproximateNumberOfMessagesNotVisible`, less the
+    /// ones this run holds).
+    pub count: u64,
+    /// The DLQ's `VisibilityTimeout`: a reader that set none returns them
+    /// within it; one that set its own (as `idemq dlq` does with
+    /// `--hold-secs`) may hold them up to SQS's 12 hours
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html>).
+    pub queue_visibility_timeout: Option<Duration>,
 }
 
 /// Progress after each batch: (moved so far, seen so far).
 pub type Progress<'a> = &'a (dyn Fn(usize, usize) + Sync);
+
+/// Called before each wait for letters held elsewhere.
+pub type Waiting<'a> = &'a (dyn Fn(&HeldElsewhere) + Sync);
+
+/// How often a redrive with [`RedriveOptions::wait`] looks again.
+const WAIT_POLL: Duration = Duration::from_secs(1);
 
 /// Shared state of the receive loops.
 struct Run {
@@ -208,8 +248,16 @@ struct Run {
     report: RedriveReport,
     budget: Option<usize>,
     next_slot: Instant,
-    /// Job ids (as the consumer resolves them) this run has moved.
-    moved_jobs: HashSet<String>,
+    /// Jobs (by the id the consumer resolves) this run moves, each by the
+    /// copy it chose.
+    moving: HashMap<String, Moving>,
+    /// Of `held`: further copies of a moved job (message id -> job id),
+    /// deleted once the chosen copy is sent.
+    copies: HashMap<String, String>,
+    started: SystemTime,
+    /// The latest `ApproximateFirstReceiveTimestamp` read: a time by SQS's
+    /// clock that has passed.
+    sqs_passed: Option<SystemTime>,
 }
 
 /// Moves dead letters from `peek`'s DLQ back to their source queues.
@@ -246,24 +294,50 @@ impl<'a> Redrive<'a> {
     /// it is deleted from the DLQ, and reports what happened. `progress` is
     /// called with (messages done, messages seen).
     pub async fn run(&self, progress: Progress<'_>) -> Result<RedriveReport, DlqError> {
+        self.run_waiting(progress, &|_| {}).await
+    }
+
+    /// [`Self::run`], and with [`RedriveOptions::wait`], reads again while
+    /// letters are held elsewhere, calling `waiting` before each wait.
+    pub async fn run_waiting(
+        &self,
+        progress: Progress<'_>,
+        waiting: Waiting<'_>,
+    ) -> Result<RedriveReport, DlqError> {
         let run = Mutex::new(Run {
             sweep: Sweep::default(),
             held: HashMap::new(),
             report: RedriveReport::default(),
             budget: self.options.max,
             next_slot: Instant::now(),
-            moved_jobs: HashSet::new(),
+            moving: HashMap::new(),
+            copies: HashMap::new(),
+            started: crate::clock::now(),
+            sqs_passed: None,
         });
-        let concurrency = self.options.concurrency.clamp(1, MAX_CONCURRENCY);
-        let loops = (0..concurrency).map(|_| self.receive_loop(&run, progress));
-        let mut result = join_all(loops)
-            .await
-            .into_iter()
-            .collect::<Result<Vec<()>, _>>()
-            .map(|_| ());
-        if result.is_ok() && self.peek.is_fifo() {
-            result = self.sweep_fifo_groups(&run, progress).await;
-        }
+        let deadline = self.options.wait.map(|w| Instant::now() + w);
+        let mut result = loop {
+            if let Err(e) = self.pass(&run, progress).await {
+                break Err(e);
+            }
+            let held = match self.held_elsewhere(&run).await {
+                Ok(h) => h,
+                Err(e) => break Err(e),
+            };
+            let now = Instant::now();
+            let done = held.count == 0
+                || run.lock().expect("lock").budget == Some(0)
+                || deadline.is_none_or(|d| now >= d);
+            if done {
+                if held.count > 0 {
+                    run.lock().expect("lock").report.held_elsewhere = Some(held);
+                }
+                break Ok(());
+            }
+            waiting(&held);
+            let left = deadline.map_or(WAIT_POLL, |d| d - now);
+            tokio::time::sleep(left.min(WAIT_POLL)).await;
+        };
         let mut run = run.into_inner().expect("no loop panicked holding the lock");
         if result.is_ok() && self.peek.is_fifo() && run.budget != Some(0) {
             // What is still in the DLQ: the letters left in place, the ones
@@ -273,14 +347,100 @@ impl<'a> Redrive<'a> {
                 run.report.unseen = n;
             });
         }
+        if self.options.dry_run {
+            let mut would: Vec<String> = run.copies.keys().cloned().collect();
+            would.sort();
+            run.report.copies = would;
+        }
         // Released in message-id order, not the map's: the same run releases
         // the same letters in the same calls (the simulation replays a seed
-        // exactly).
+        // exactly). Copies whose chosen copy was never sent (its send
+        // failed, or a dry run) go back too.
         let mut held: Vec<DeadMessage> = run.held.drain().map(|(_, m)| m).collect();
         held.sort_by(|a, b| a.message_id.cmp(&b.message_id));
         self.peek.release(&held).await;
         result?;
         Ok(run.report)
+    }
+
+    /// Deletes the copies held of jobs whose chosen copy SQS accepted. Only
+    /// then: killed before, the run leaves both, and a rerun sends the job
+    /// again (a duplicate the consumer absorbs), never none.
+    async fn remove_sent_copies(&self, run: &Mutex<Run>) {
+        let copies: Vec<DeadMessage> = {
+            let mut r = run.lock().expect("lock");
+            let mut ids: Vec<String> = r
+                .copies
+                .iter()
+                .filter(|(_, job)| r.moving.get(*job).is_some_and(|m| m.sent))
+                .map(|(id, _)| id.clone())
+                .collect();
+            // In message-id order: the simulation replays a seed exactly.
+            ids.sort();
+            ids.iter()
+                .filter_map(|id| {
+                    r.copies.remove(id);
+                    r.held.remove(id)
+                })
+                .collect()
+        };
+        if copies.is_empty() {
+            return;
+        }
+        let handles: Vec<&str> = copies.iter().map(|m| m.receipt_handle.as_str()).collect();
+        let not_deleted: HashSet<usize> =
+            crate::queue::delete_messages(self.peek.sqs(), self.peek.dlq_url(), &handles)
+                .await
+                .into_iter()
+                .collect();
+        let mut r = run.lock().expect("lock");
+        for (i, m) in copies.into_iter().enumerate() {
+            if not_deleted.contains(&i) {
+                // Still in the DLQ: released at the end, like a letter left
+                // in place.
+                r.report.copies_not_deleted.push(m.message_id.clone());
+                r.held.insert(m.message_id.clone(), m);
+            } else {
+                r.report.copies.push(m.message_id);
+            }
+        }
+    }
+
+    /// One pass: the receive loops until the DLQ shows nothing new, then
+    /// (FIFO) the groups they may have cut short.
+    async fn pass(&self, run: &Mutex<Run>, progress: Progress<'_>) -> Result<(), DlqError> {
+        let concurrency = self.options.concurrency.clamp(1, MAX_CONCURRENCY);
+        let loops = (0..concurrency).map(|_| self.receive_loop(run, progress));
+        join_all(loops)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()?;
+        if self.peek.is_fifo() {
+            self.sweep_fifo_groups(run, progress).await?;
+        }
+        Ok(())
+    }
+
+    /// Letters in flight that this run does not hold: another reader's.
+    async fn held_elsewhere(&self, run: &Mutex<Run>) -> Result<HeldElsewhere, DlqError> {
+        let in_flight = self.peek.depth().await?.in_flight;
+        let ours = {
+            let r = run.lock().expect("lock");
+            r.held.len() + r.report.sent_not_deleted.len()
+        };
+        let count = in_flight.saturating_sub(ours as u64);
+        let queue_visibility_timeout = if count > 0 {
+            QueueInfo::discover(self.peek.sqs(), self.peek.dlq_url())
+                .await
+                .ok()
+                .map(|q| q.visibility_timeout)
+        } else {
+            None
+        };
+        Ok(HeldElsewhere {
+            count,
+            queue_visibility_timeout,
+        })
     }
 
     /// FIFO: a letter left in place blocks its group, so letters behind it
@@ -309,7 +469,8 @@ impl<'a> Redrive<'a> {
             };
             self.peek.release(&of_group).await;
             let batch = self.peek.receive().await?;
-            self.judge_and_move(run, batch, progress).await?;
+            self.judge_and_move(run, batch, Instant::now(), progress)
+                .await?;
         }
     }
 
@@ -320,7 +481,10 @@ impl<'a> Redrive<'a> {
                 return Ok(());
             }
             let batch = self.peek.receive().await?;
-            if self.judge_and_move(run, batch, progress).await? {
+            if self
+                .judge_and_move(run, batch, Instant::now(), progress)
+                .await?
+            {
                 empty = 0;
             } else {
                 empty += 1;
@@ -329,12 +493,13 @@ impl<'a> Redrive<'a> {
         Ok(())
     }
 
-    /// Judges one received batch and moves what matches; returns whether it
-    /// held anything new.
+    /// Judges one received batch (whose receive returned at `received_at`)
+    /// and moves what matches; returns whether it held anything new.
     async fn judge_and_move(
         &self,
         run: &Mutex<Run>,
         batch: Vec<DeadMessage>,
+        received_at: Instant,
         progress: Progress<'_>,
     ) -> Result<bool, DlqError> {
         let resolver = &self.options.resolver;
@@ -349,6 +514,11 @@ impl<'a> Redrive<'a> {
         let mut fresh_any = false;
         {
             let mut run = run.lock().expect("lock");
+            let passed = batch
+                .iter()
+                .filter_map(DeadMessage::first_received_at)
+                .max();
+            run.sqs_passed = run.sqs_passed.max(passed);
             let fresh = run.sweep.note(&batch);
             for (msg, fresh) in batch.into_iter().zip(fresh) {
                 if !fresh {
@@ -363,16 +533,41 @@ impl<'a> Redrive<'a> {
                 let key = msg.record_key(resolver);
                 let context = Context::of(&msg, key.0.as_deref(), records.get(&key));
                 let within_budget = run.budget.is_none_or(|b| b > 0);
-                let again = key
-                    .0
-                    .as_ref()
-                    .is_some_and(|job| run.moved_jobs.contains(job));
-                if within_budget && !again && self.options.filter.matches(&context) {
+                let hash = payload_hash(&msg);
+                let further = key.0.as_ref().and_then(|job| {
+                    let moving = run.moving.get(job)?;
+                    Some(judge_further(
+                        moving,
+                        &hash,
+                        received_at,
+                        msg.sent_at(),
+                        run.started,
+                    ))
+                });
+                let again = further == Some(Further::Again);
+                if let (Some(Further::Copy), Some(job)) = (further, &key.0) {
+                    run.copies.insert(msg.message_id.clone(), job.clone());
+                    run.held.insert(msg.message_id.clone(), msg);
+                } else if let (Some(Further::Different), Some(job)) = (further, &key.0) {
+                    run.report.skipped += 1;
+                    run.report
+                        .different_payload
+                        .push((job.clone(), msg.message_id.clone()));
+                    run.held.insert(msg.message_id.clone(), msg);
+                } else if within_budget && !again && self.options.filter.matches(&context) {
                     if let Some(b) = run.budget.as_mut() {
                         *b -= 1;
                     }
                     if let Some(job) = key.0 {
-                        run.moved_jobs.insert(job);
+                        run.moving.insert(
+                            job,
+                            Moving {
+                                hash,
+                                send_started: None,
+                                sqs_before_send: None,
+                                sent: false,
+                            },
+                        );
                     }
                     to_move.push((msg, context));
                 } else {
@@ -395,9 +590,14 @@ impl<'a> Redrive<'a> {
                 run.report.moved.push(context);
                 run.held.insert(msg.message_id.clone(), msg);
             }
-        } else if !to_move.is_empty() {
-            self.pace(run, to_move.len()).await;
-            self.move_batch(run, to_move).await;
+        } else {
+            if !to_move.is_empty() {
+                self.pace(run, to_move.len()).await;
+                self.move_batch(run, to_move).await;
+            }
+            // Copies of jobs sent earlier, read in this batch, and copies of
+            // the jobs this batch sent.
+            self.remove_sent_copies(run).await;
         }
         let r = run.lock().expect("lock");
         progress(r.report.moved.len(), r.sweep.seen());
@@ -468,11 +668,34 @@ impl<'a> Redrive<'a> {
                     )
                 })
                 .collect();
+            {
+                // Letters of these jobs read from now on may be this very
+                // copy dying again: see `judge_further`.
+                let mut run = run.lock().expect("lock");
+                let now = Instant::now();
+                let sqs_passed = run.sqs_passed;
+                for (_, _, job_id) in &items {
+                    if let Some(m) = run.moving.get_mut(job_id) {
+                        m.send_started.get_or_insert(now);
+                        m.sqs_before_send = m.sqs_before_send.or(sqs_passed);
+                    }
+                }
+            }
             let results = producer.send_batch(jobs).await;
-            for ((msg, context, _), (_, result)) in items.into_iter().zip(results) {
+            let mut accepted = Vec::new();
+            for ((msg, context, job_id), (_, result)) in items.into_iter().zip(results) {
                 match result {
-                    Ok(_) => sent.push((msg, context)),
+                    Ok(_) => {
+                        accepted.push(job_id);
+                        sent.push((msg, context));
+                    }
                     Err(e) => failed.push((msg, e.to_string())),
+                }
+            }
+            let mut run = run.lock().expect("lock");
+            for job_id in accepted {
+                if let Some(m) = run.moving.get_mut(&job_id) {
+                    m.sent = true;
                 }
             }
         }

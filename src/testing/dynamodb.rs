@@ -243,6 +243,7 @@ impl MemoryDynamoDb {
             "TransactWriteItems" => self.transact(request),
             "PutItem" | "UpdateItem" | "DeleteItem" => self.single(operation, request),
             "GetItem" => self.get(request),
+            "BatchGetItem" => self.batch_get(request),
             other => Err(ServiceError::validation(format!(
                 "idemq::testing does not model the DynamoDB operation {other}"
             ))),
@@ -567,6 +568,25 @@ impl MemoryDynamoDb {
             Some(item) => json!({ "Item": item_to_wire(item) }),
             None => json!({}),
         })
+    }
+
+    /// `BatchGetItem` as a `GetItem` per key; every key is processed.
+    fn batch_get(&self, req: &Value) -> Result<Value, ServiceError> {
+        let tables = req["RequestItems"]
+            .as_object()
+            .ok_or_else(|| ServiceError::validation("RequestItems is required"))?;
+        let mut responses = serde_json::Map::new();
+        for (table, request) in tables {
+            let mut found = Vec::new();
+            for key in request["Keys"].as_array().into_iter().flatten() {
+                let got = self.get(&json!({ "TableName": table, "Key": key }))?;
+                if !got["Item"].is_null() {
+                    found.push(got["Item"].clone());
+                }
+            }
+            responses.insert(table.clone(), Value::Array(found));
+        }
+        Ok(json!({ "Responses": responses, "UnprocessedKeys": {} }))
     }
 }
 

@@ -307,13 +307,39 @@ impl<H> TestKit<H> {
             .flatten()
     }
 
+    /// A job's separate dedup marker in the consumer namespace `namespace`
+    /// (a source queue's name unless the layout sets one:
+    /// [`TableLayout::namespace_for`]).
+    pub fn marker_in(&self, namespace: &str, job_id: &str) -> Option<Item> {
+        let l = &self.config.layout;
+        self.item(&Key::string(
+            &l.partition_key,
+            l.marker_key(namespace, job_id),
+        ))
+    }
+
     /// A job's dedup marker, if committed: idemq's own marker item, or the
     /// job's item in the idemq table that is its marker
     /// ([`Effect::marked_by`](crate::effect::Effect::marked_by): it carries
     /// the job id and payload hash).
+    ///
+    /// idemq's own marker is found in any consumer's namespace (the first
+    /// one, when two consumers share the table: see
+    /// [`TestKit::marker_in`]), or under the key of an earlier version.
     pub fn marker(&self, job_id: &str) -> Option<Item> {
         let l = &self.config.layout;
-        self.item(&Key::string(&l.partition_key, l.marker_key(job_id)))
+        let namespaced = |item: &Item| {
+            item.get(&l.partition_key)
+                .and_then(|v| v.as_s().ok())
+                .and_then(|pk| pk.strip_prefix(&l.key_prefix)?.strip_prefix("ns#"))
+                .and_then(|rest| rest.split_once("#job#"))
+                .is_some_and(|(_, id)| id == job_id)
+        };
+        let legacy = Key::string(&l.partition_key, l.legacy_marker_key(job_id));
+        self.items()
+            .into_iter()
+            .find(namespaced)
+            .or_else(|| self.item(&legacy))
             .or_else(|| {
                 // Not idemq's own items (failure records carry a job id
                 // and hash too): a user's item whose attributes mark it.
@@ -331,12 +357,23 @@ impl<H> TestKit<H> {
     }
 
     /// A job's failure record (its last failed attempt), if any.
+    ///
+    /// Found in any consumer's namespace, or under the key of an earlier
+    /// version.
     pub fn failure_record(&self, job_id: &str) -> Option<Item> {
         let l = &self.config.layout;
-        self.item(&Key::string(
-            &l.partition_key,
-            format!("{}failure#{job_id}", l.key_prefix),
-        ))
+        let namespaced = |item: &Item| {
+            item.get(&l.partition_key)
+                .and_then(|v| v.as_s().ok())
+                .and_then(|pk| pk.strip_prefix(&l.key_prefix)?.strip_prefix("ns#"))
+                .and_then(|rest| rest.split_once("#failure#"))
+                .is_some_and(|(_, id)| id == job_id)
+        };
+        let legacy = Key::string(&l.partition_key, l.legacy_failure_key(Some(job_id), ""));
+        self.items()
+            .into_iter()
+            .find(namespaced)
+            .or_else(|| self.item(&legacy))
     }
 }
 

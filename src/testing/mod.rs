@@ -94,6 +94,7 @@ pub fn job_meta(job_id: &str) -> JobMeta {
         job_id: id,
         attempt: 1,
         queue: "test-queue".into(),
+        namespace: "test-queue".into(),
         queue_url: "https://sqs.us-east-1.amazonaws.com/000000000000/test-queue".into(),
         message_id: format!("test-message-{job_id}"),
         deadline: Instant::now() + Duration::from_secs(15 * 60),

@@ -689,6 +689,28 @@ BREAKS = [
     ),
     Break(
         "alarms",
+        "sam",
+        "template.yaml",
+        "      MetricName: JobsMisconfigured\n      Dimensions: [{ Name: Queue, Value: !GetAtt SourceQueue.QueueName }]\n"
+        "      Statistic: Sum\n      Period: 60\n      EvaluationPeriods: 1\n      Threshold: 1\n",
+        "      MetricName: JobsMisconfigured\n      Dimensions: [{ Name: Queue, Value: !GetAtt SourceQueue.QueueName }]\n"
+        "      Statistic: Sum\n      Period: 60\n      EvaluationPeriods: 1\n      Threshold: 5\n",
+        "deployment-error alarm that waits for five jobs",
+        "no alarm on deployment errors >= 1",
+    ),
+    Break(
+        "alarms",
+        "terraform",
+        "alarms.tf",
+        'metric_name         = "JobsMisconfigured"\n  dimensions          = local.queue_dimension\n'
+        '  statistic           = "Sum"\n  period              = 60\n  evaluation_periods  = 1\n',
+        'metric_name         = "JobsMisconfigured"\n  dimensions          = local.queue_dimension\n'
+        '  statistic           = "Sum"\n  period              = 60\n  evaluation_periods  = 5\n',
+        "deployment-error alarm over five periods",
+        "no alarm on deployment errors >= 1",
+    ),
+    Break(
+        "alarms",
         "terraform",
         "alarms.tf",
         "dimensions          = { QueueName = aws_sqs_queue.dlq.name }",

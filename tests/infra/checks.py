@@ -91,7 +91,7 @@ OPERATOR_SCOPE: dict[str, set[str]] = {
 # `idemq init` alone. Its SetQueueAttributes writes the DLQ's
 # RedriveAllowPolicy; the source queue is created with its attributes and
 # never changed. The last three are what init may call to turn on
-# point-in-time recovery and deletion protection (issue 16.8): granted only
+# point-in-time recovery and deletion protection: granted only
 # once the code calls them.
 BOOTSTRAP_SCOPE: dict[str, set[str]] = {
     "sqs:CreateQueue": {"source", "dlq"},
@@ -245,6 +245,16 @@ def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
         "payload conflicts > 0": lambda a: (
             _has(a, ns, "JobsConflict", q) and a.comparison == "GreaterThanThreshold" and a.threshold == 0
         ),
+        # One job failed by the deployment means every job fails alike:
+        # the first one alarms, within one period.
+        "deployment errors >= 1": lambda a: (
+            _has(a, ns, "JobsMisconfigured", q)
+            and a.evaluation_periods == 1
+            and (
+                (a.comparison == "GreaterThanOrEqualToThreshold" and a.threshold <= 1)
+                or (a.comparison == "GreaterThanThreshold" and a.threshold < 1)
+            )
+        ),
         "DLQ depth > 0": lambda a: (
             _has(a, "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": d.dlq.name})
             and a.comparison == "GreaterThanThreshold"
@@ -280,6 +290,7 @@ def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
             "JobsRetried",
             "JobsDeadLettered",
             "JobsConflict",
+            "JobsMisconfigured",
             "BatchSize",
             "JobDuration",
         )

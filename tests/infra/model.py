@@ -50,6 +50,7 @@ class Alarm:
     comparison: str
     threshold: float
     actions: list[str]
+    evaluation_periods: int = 1
 
 
 @dataclass
@@ -324,6 +325,7 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
                 comparison=p["ComparisonOperator"],
                 threshold=float(p["Threshold"]),
                 actions=list(p.get("AlarmActions", [])),
+                evaluation_periods=int(p["EvaluationPeriods"]),
             )
         )
     dashboards = s.of_type("AWS::CloudWatch::Dashboard")
@@ -472,6 +474,7 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
                 comparison=m.arg(b, "comparison_operator"),
                 threshold=float(m.arg(b, "threshold")),
                 actions=list(m.arg(b, "alarm_actions", []) or []),
+                evaluation_periods=int(m.arg(b, "evaluation_periods")),
             )
         )
     dashboards = m.resources_of("aws_cloudwatch_dashboard")

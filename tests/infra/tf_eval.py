@@ -428,6 +428,10 @@ class Module:
             "concat": lambda: [x for a in args for x in a],
             "regex": lambda: _regex(args[0], args[1]),
             "filebase64sha256": lambda: Unknown(f"filebase64sha256({args[0]})"),
+            # The first argument that is neither null nor an empty string
+            # (https://developer.hashicorp.com/terraform/language/functions/coalesce);
+            # Terraform fails when there is none, and so does this.
+            "coalesce": lambda: next(a for a in args if a is not None and a != ""),
         }
         if name not in funcs:
             raise Unsupported(f"function {name}()")

@@ -89,6 +89,23 @@ pub struct Verdicts {
     pub kinds: BTreeMap<String, String>,
 }
 
+/// A lost race does not spend a receive: a transaction cancelled by
+/// `TransactionConflict` (or a write refused with
+/// `TransactionConflictException`) applied nothing and is run again in the
+/// invocation, and only one that outlasts the re-runs backs off, recorded
+/// as `contended`. A failure record that files one as a plain transient
+/// failure is a receive spent on a race alone.
+fn receive_spent_on_a_conflict(key: &str, item: &Value) -> Option<String> {
+    let failure = key.contains("failure#") || key.contains("failure-message#");
+    let kind = item["kind"]["S"].as_str()?;
+    let error = item["error"]["S"].as_str()?;
+    (failure && kind == "transient" && error.contains("TransactionConflict")).then(|| {
+        format!(
+            "{key}: a receive spent on a TransactionConflict alone (recorded as {kind}: {error})"
+        )
+    })
+}
+
 /// Replays the history in order and checks, at each step and at the end:
 /// - no copy of a job is deleted (acknowledged by Lambda, or moved out of
 ///   the DLQ by a redrive) unless the job is applied or another copy of it
@@ -102,6 +119,8 @@ pub struct Verdicts {
 /// - at the end every job is applied, or in the DLQ with its context (an
 ///   `idemq-error` attribute or a failure record), or still on the source
 ///   queue; none is lost (expired, or deleted unapplied);
+/// - no failure record files a `TransactionConflict` as a transient
+///   failure (a lost race re-run in the invocation spends no receive);
 /// - the environment saw no violation (a response after the deadline, an
 ///   invalid id in a batch response);
 /// - FIFO order within groups for applied jobs: in each message group,
@@ -215,6 +234,9 @@ pub fn check(
                     v.violations.push(format!(
                         "{key}: an effect aimed at another job's item was written"
                     ));
+                }
+                if let Some(why) = receive_spent_on_a_conflict(key, item) {
+                    v.violations.push(why);
                 }
                 if let Some(k) = key.strip_prefix("count#") {
                     let n: u64 = item["n"]["N"]

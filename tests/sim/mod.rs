@@ -11,12 +11,14 @@
 //! - [`check`]: the history and the checker over it;
 //! - [`shapes`]: the shapes of the handler's effects (idemq's commit paths);
 //! - [`run`]: one run of a seed, from set-up to verdict;
+//! - [`fanout`]: two consumers on one table, fed by a fan-out;
 //! - [`speed`]: `make bench-sim`, the runs' rate against the SDK's floor.
 
 #![allow(dead_code)]
 
 pub mod check;
 pub mod dynamodb;
+pub mod fanout;
 pub mod faults;
 pub mod fifo;
 pub mod lambda;

@@ -241,7 +241,7 @@ pub struct Outcome {
     /// readers made of it.
     pub fifo_audit: Option<FifoAudit>,
     /// Handler runs beyond the first in one delivery: idemq running the
-    /// job again after a lost optimistic race (`Contended`).
+    /// job again after a lost race (`Contended`, `Collided`).
     pub reruns: u64,
     /// Eventually consistent reads that returned an older item.
     pub stale_reads: u64,
@@ -258,7 +258,8 @@ pub struct FifoAudit {
     pub strays: usize,
     /// What the scan counted as unreadable (`Scan::unseen`).
     pub unseen: u64,
-    /// A dry-run redrive's report: would move, skipped, unseen.
+    /// A dry-run redrive's report: would move (or remove as a copy of a
+    /// job it moves), skipped, unseen.
     pub redrive: (usize, usize, u64),
 }
 
@@ -369,7 +370,10 @@ async fn simulate(config: Config) -> Outcome {
         JobIdResolver::new()
     };
     let ttl = idemq::config::DEFAULT_MARKER_TTL;
-    let dead_letters = DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), ttl);
+    // As `idemq dlq` opens it: records are looked for in the namespaces of
+    // the DLQ's source queues.
+    let dead_letters = DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), ttl)
+        .with_source_queues(&[config.source()]);
     let handler_world = Arc::clone(&world);
     let runs: Arc<Mutex<Runs>> = Arc::default();
     let handler_runs = Arc::clone(&runs);
@@ -505,7 +509,7 @@ async fn simulate(config: Config) -> Outcome {
             (
                 m.body.clone(),
                 attrs,
-                format!("{}failure#{id}", layout.key_prefix),
+                layout.failure_key(layout.namespace_for(config.source()), Some(&id), &m.id),
             )
         })
         .collect();
@@ -609,7 +613,11 @@ async fn audit_fifo_dlq(
         .await
         .expect("redrive");
     let report = redrive.run(&|_, _| {}).await.expect("dry run");
-    audit.redrive = (report.moved.len(), report.skipped, report.unseen);
+    audit.redrive = (
+        report.moved.len() + report.copies.len(),
+        report.skipped,
+        report.unseen,
+    );
     audit
 }
 

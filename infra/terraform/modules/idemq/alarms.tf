@@ -106,6 +106,25 @@ resource "aws_cloudwatch_metric_alarm" "payload_conflicts" {
   ok_actions          = local.alarm_actions
 }
 
+# One job failed by the deployment (a permission the role lacks on a table
+# the commit writes, or a missing table) means every job fails alike until a
+# deploy: alarm on the first, not on a rate.
+resource "aws_cloudwatch_metric_alarm" "deployment_errors" {
+  alarm_name          = "${var.name}-deployment-errors"
+  alarm_description   = "A job failed because of the deployment: the role lacks a permission on a table the commit writes, or the table does not exist (JobsMisconfigured >= 1). Runbook: docs/operations.md#deployment-errors"
+  namespace           = local.metrics_namespace
+  metric_name         = "JobsMisconfigured"
+  dimensions          = local.queue_dimension
+  statistic           = "Sum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = 1
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = local.alarm_actions
+  ok_actions          = local.alarm_actions
+}
+
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   alarm_name          = "${var.name}-dlq-not-empty"
   alarm_description   = "Messages wait in the DLQ. Runbook: docs/operations.md#dlq-not-empty"
@@ -186,6 +205,7 @@ resource "aws_cloudwatch_dashboard" "this" {
             [local.metrics_namespace, "JobsRetried", local.metrics_queue_label, aws_sqs_queue.source.name],
             [local.metrics_namespace, "JobsDeadLettered", local.metrics_queue_label, aws_sqs_queue.source.name],
             [local.metrics_namespace, "JobsConflict", local.metrics_queue_label, aws_sqs_queue.source.name],
+            [local.metrics_namespace, "JobsMisconfigured", local.metrics_queue_label, aws_sqs_queue.source.name],
           ]
         }
       },

@@ -133,11 +133,13 @@ resource "aws_lambda_function" "this" {
 
   environment {
     variables = {
-      IDEMQ_TABLE       = aws_dynamodb_table.idemq.name
-      IDEMQ_MARKER_TTL  = "${local.marker_ttl_days}d"
-      IDEMQ_CONCURRENCY = tostring(var.job_concurrency)
-      IDEMQ_BACKOFF_CAP = "${var.backoff_cap_seconds}s"
-      IDEMQ_LOG         = "info"
+      IDEMQ_TABLE          = aws_dynamodb_table.idemq.name
+      IDEMQ_MARKER_TTL     = "${local.marker_ttl_days}d"
+      IDEMQ_NAMESPACE      = coalesce(var.namespace, var.queue_name)
+      IDEMQ_LEGACY_MARKERS = var.legacy_markers
+      IDEMQ_CONCURRENCY    = tostring(var.job_concurrency)
+      IDEMQ_BACKOFF_CAP    = "${var.backoff_cap_seconds}s"
+      IDEMQ_LOG            = "info"
     }
   }
 

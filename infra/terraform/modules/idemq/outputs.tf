@@ -33,3 +33,8 @@ output "operator_policy_arn" {
 output "bootstrap_policy_arn" {
   value = var.create_bootstrap_policy ? aws_iam_policy.bootstrap[0].arn : null
 }
+
+output "deployment_error_alarm_name" {
+  description = "The alarm that fires on the first job failed by the deployment (JobsMisconfigured >= 1)."
+  value       = aws_cloudwatch_metric_alarm.deployment_errors.alarm_name
+}

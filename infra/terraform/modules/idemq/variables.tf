@@ -19,6 +19,28 @@ variable "queue_name" {
   }
 }
 
+variable "namespace" {
+  description = "The consumer's namespace in the table (IDEMQ_NAMESPACE); null: queue_name. Keep it when renaming the queue, or committed jobs run again."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.namespace == null || can(regex("^[A-Za-z0-9_.-]{1,80}$", var.namespace))
+    error_message = "namespace: 1-80 characters of A-Z a-z 0-9 - _ ."
+  }
+}
+
+variable "legacy_markers" {
+  description = "IDEMQ_LEGACY_MARKERS: read markers of versions before namespaces (read; until=<upgrade + marker TTL, RFC 3339>; off for a new table)."
+  type        = string
+  default     = "read"
+
+  validation {
+    condition     = can(regex("^(read|off|until=.+)$", var.legacy_markers))
+    error_message = "legacy_markers: read, off or until=<RFC 3339 time>."
+  }
+}
+
 variable "table_name" {
   description = "The idemq table (markers and failure records; the ledger writes here too)."
   type        = string

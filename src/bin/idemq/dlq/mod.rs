@@ -125,6 +125,11 @@ enum DlqCommand {
         /// Receive loops at once (1 to 32).
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=MAX_CONCURRENCY as u64))]
         concurrency: u64,
+        /// While letters are held by another reader (a killed run, another
+        /// idemq dlq command), wait up to this long (30s, 5m; at most 12h)
+        /// for them to come back, and move them too.
+        #[arg(long, value_parser = parse_wait)]
+        wait: Option<Duration>,
     },
     /// Write every dead letter with its attributes and context as JSON lines
     /// (a new file, mode 0600).
@@ -182,6 +187,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             force,
             cancel,
             concurrency,
+            wait,
             ..
         } => {
             let plan = redrive_plan(
@@ -192,6 +198,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 to,
                 (native, force, cancel),
                 concurrency,
+                wait,
                 resolver.clone(),
             );
             match plan {
@@ -280,13 +287,14 @@ fn redrive_plan(
     to: Option<String>,
     (native, force, cancel): (bool, bool, bool),
     concurrency: u64,
+    wait: Option<Duration>,
     resolver: JobIdResolver,
 ) -> Result<RedrivePlan, String> {
     let filter = filter?;
     if native || cancel {
-        if filter != Filter::default() || max.is_some() || dry_run {
+        if filter != Filter::default() || max.is_some() || dry_run || wait.is_some() {
             return Err(
-                "--native moves every message: filters, --max and --dry-run need the default redrive"
+                "--native moves every message: filters, --max, --dry-run and --wait need the default redrive"
                     .into(),
             );
         }
@@ -310,6 +318,7 @@ fn redrive_plan(
         to,
         concurrency: usize::try_from(concurrency).unwrap_or(MAX_CONCURRENCY),
         resolver,
+        wait,
     }))
 }
 
@@ -377,7 +386,9 @@ impl Ctx {
                 c.dlq_url
             )));
         }
-        let records = layout.map(|l| DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL));
+        let records = layout.map(|l| {
+            DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL).with_source_queues(&sources)
+        });
         Ok(Self {
             peek: Peek::new(sqs, c.dlq_url, Duration::from_secs(c.hold_secs)),
             records,
@@ -478,6 +489,17 @@ fn parse_when(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime, St
     Err(format!(
         "{flag} {value:?} is neither a time (2026-12-01T10:00:00Z) nor a duration ago (2h)"
     ))
+}
+
+/// `--wait`: a duration up to SQS's longest hold, 12 hours; longer could
+/// only wait for letters that will never come back.
+fn parse_wait(value: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(value)
+        .map_err(|e| format!("{value:?} is not a duration (30s, 5m): {e}"))?;
+    if d > Duration::from_secs(MAX_HOLD_SECS) {
+        return Err(format!("{value:?} is longer than SQS's longest hold (12h)"));
+    }
+    Ok(d)
 }
 
 /// `s` on one line, cut to `max` characters.
@@ -595,6 +617,10 @@ mod tests {
         assert!(redrive(&["--concurrency", "33"]).is_err());
         assert!(redrive(&["--concurrency", "0"]).is_err());
         assert!(redrive(&["--force"]).is_err(), "--force needs --native");
+        assert!(redrive(&["--wait", "30s"]).is_ok());
+        assert!(redrive(&["--wait", "12h"]).is_ok());
+        assert!(redrive(&["--wait", "13h"]).is_err(), "past SQS's 12 hours");
+        assert!(redrive(&["--wait", "soon"]).is_err());
         assert!(redrive(&["--native", "--force"]).is_ok());
     }
 }

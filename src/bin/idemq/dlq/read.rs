@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use idemq::dead_letter::FailureRecord;
+use idemq::dlq::copies::{Letter, letters};
 
 use super::{CmdResult, Ctx, one_line, unseen_warning};
 
@@ -23,9 +24,13 @@ impl Ctx {
         let depth = self.peek.depth().await?;
         let (items, unseen) = self.scan().await?;
         self.release(&items).await;
+        let read = items.len();
+        let oldest = items.iter().filter_map(|(m, _)| m.sent_at()).min();
+        // Counted by job: a crash's second copy is not a second failure.
+        let letters = letters(items);
         let mut by_error: BTreeMap<String, usize> = BTreeMap::new();
         let mut by_source: BTreeMap<String, usize> = BTreeMap::new();
-        for (_, c) in &items {
+        for Letter { context: c, .. } in &letters {
             let error = c
                 .last_error
                 .clone()
@@ -35,7 +40,6 @@ impl Ctx {
                 .entry(c.source_queue.clone().unwrap_or_else(|| "(unknown)".into()))
                 .or_default() += 1;
         }
-        let oldest = items.iter().filter_map(|(m, _)| m.sent_at()).min();
         let age = oldest.and_then(|t| idemq::clock::now().duration_since(t).ok());
         if json {
             let v = serde_json::json!({
@@ -44,7 +48,9 @@ impl Ctx {
                 "oldest_age_secs": age.map(|a| a.as_secs()),
                 "by_error": by_error,
                 "source_queues": by_source,
-                "read": items.len(),
+                "read": read,
+                "jobs": letters.len(),
+                "copies": read - letters.len(),
                 "unseen": unseen,
             });
             println!("{v}");
@@ -75,16 +81,22 @@ impl Ctx {
         for (e, n) in errors {
             println!("  {n:>6}  {}", one_line(&e, 100));
         }
-        println!("read: {}", items.len());
+        println!(
+            "read: {read} messages, {} jobs ({} duplicate copies)",
+            letters.len(),
+            read - letters.len()
+        );
         Ok(finish(unseen))
     }
 
     pub(super) async fn list(&self, json: bool) -> CmdResult {
         let (items, unseen) = self.scan().await?;
         self.release(&items).await;
+        let letters = letters(items);
         let mut out = std::io::stdout().lock();
         if json {
-            for (_, c) in &items {
+            for l in &letters {
+                let c = &l.context;
                 let row = serde_json::json!({
                     "job_id": c.job_id,
                     "message_id": c.message_id,
@@ -93,6 +105,9 @@ impl Ctx {
                     "failed_at": c.failed_at.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
                     "source_queue": c.source_queue,
                     "payload_bytes": c.payload_bytes,
+                    "copies": l.count(),
+                    "copy_message_ids": l.copies,
+                    "conflicting": l.conflicting,
                 });
                 writeln!(out, "{row}")?;
             }
@@ -105,15 +120,22 @@ impl Ctx {
         };
         writeln!(
             out,
-            "{:<24} {:<36} {:>3} {:<20} {:<16} {:>7}  LAST ERROR",
-            "JOB ID", "MESSAGE ID", "ATT", "FAILED AT", "SOURCE", "BYTES"
+            "{:<24} {:<36} {:>3} {:>3} {:<20} {:<16} {:>7}  LAST ERROR",
+            "JOB ID", "MESSAGE ID", "CPY", "ATT", "FAILED AT", "SOURCE", "BYTES"
         )?;
-        for (_, c) in &items {
+        for l in &letters {
+            let c = &l.context;
+            let job = match (&c.job_id, l.conflicting) {
+                (Some(j), true) => format!("{j} (!)"),
+                (Some(j), false) => j.clone(),
+                (None, _) => "-".into(),
+            };
             writeln!(
                 out,
-                "{:<24} {:<36} {:>3} {:<20} {:<16} {:>7}  {}",
-                one_line(c.job_id.as_deref().unwrap_or("-"), 24),
+                "{:<24} {:<36} {:>3} {:>3} {:<20} {:<16} {:>7}  {}",
+                one_line(&job, 24),
                 c.message_id,
+                l.count(),
                 c.attempts.map_or("-".into(), |a| a.to_string()),
                 c.failed_at
                     .map_or("-".into(), |t| humantime::format_rfc3339_seconds(t)
@@ -123,17 +145,37 @@ impl Ctx {
                 one_line(&c.error_line(), width),
             )?;
         }
-        writeln!(out, "{} dead letters", items.len())?;
+        let read: usize = letters.iter().map(Letter::count).sum();
+        writeln!(
+            out,
+            "{} dead letters ({read} messages: CPY counts a job's copies, same job id and payload)",
+            letters.len()
+        )?;
+        if letters.iter().any(|l| l.conflicting) {
+            writeln!(
+                out,
+                "(!): another letter has this job id and a different payload (not a copy)"
+            )?;
+        }
         Ok(finish(unseen))
     }
 
     pub(super) async fn show(&self, id: &str, payload: bool) -> CmdResult {
         let (items, unseen) = self.scan().await?;
         self.release(&items).await;
-        let found = items
-            .iter()
-            .find(|(m, c)| m.message_id == id || c.job_id.as_deref() == Some(id));
-        let Some((msg, c)) = found else {
+        let letters = letters(items);
+        let found = letters.iter().find(|l| {
+            l.message.message_id == id
+                || l.copies.iter().any(|c| c == id)
+                || l.context.job_id.as_deref() == Some(id)
+        });
+        let Some(Letter {
+            message: msg,
+            context: c,
+            copies,
+            conflicting,
+        }) = found
+        else {
             if unseen > 0 {
                 eprintln!("{id}: not among the letters read");
                 eprintln!("idemq dlq: {}", unseen_warning(unseen));
@@ -149,6 +191,18 @@ impl Ctx {
         };
         println!("job id:        {}", c.job_id.as_deref().unwrap_or("-"));
         println!("message id:    {}", c.message_id);
+        if !copies.is_empty() {
+            println!(
+                "copies:        {} more of this job, same payload: {}",
+                copies.len(),
+                copies.join(", ")
+            );
+        }
+        if *conflicting {
+            println!(
+                "conflicting:   another letter has this job id and a different payload (not a copy)"
+            );
+        }
         println!(
             "attempts:      {}",
             c.attempts.map_or("-".into(), |a| a.to_string())

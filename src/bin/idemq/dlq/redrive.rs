@@ -2,9 +2,12 @@
 //! job id) and SQS's move task (`--native`).
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idemq::dlq::redrive::{Redrive, RedriveOptions, cancel_native, native_status, start_native};
+use idemq::dlq::redrive::{
+    HeldElsewhere, Redrive, RedriveOptions, cancel_native, native_status, start_native,
+};
 use idemq::job::JobIdSource;
 
 use super::{CmdResult, Ctx, one_line, unseen_warning};
@@ -19,8 +22,15 @@ impl Ctx {
         };
         let redrive = Redrive::new(&self.peek, self.records.as_ref(), options).await?;
         let bar = crate::progress::bar(total, if dry_run { "matched" } else { "moved" });
+        // One line each time the number held changes, not one per look.
+        let last_held = AtomicU64::new(0);
+        let waiting = |held: &HeldElsewhere| {
+            if last_held.swap(held.count, Ordering::Relaxed) != held.count {
+                bar.suspend(|| eprintln!("idemq dlq: waiting: {}", held_line(held)));
+            }
+        };
         let report = redrive
-            .run(&|moved, _seen| bar.set_position(moved as u64))
+            .run_waiting(&|moved, _seen| bar.set_position(moved as u64), &waiting)
             .await?;
         bar.finish_and_clear();
         if dry_run {
@@ -60,17 +70,43 @@ impl Ctx {
                 report.again
             );
         }
+        for (job, id) in &report.different_payload {
+            eprintln!(
+                "kept: {id} has job id {job} like a moved letter but a different payload: not a copy \
+                 (the consumer would take it for a conflict)"
+            );
+        }
+        for id in &report.copies_not_deleted {
+            eprintln!(
+                "warning: copy {id} of a moved job could not be deleted from the DLQ; a rerun sends it again (absorbed as a duplicate)"
+            );
+        }
         let verb = if dry_run { "would move" } else { "moved" };
-        println!(
+        let mut summary = format!(
             "{verb} {}, skipped {}, failed {}",
             report.moved.len(),
             report.skipped,
             report.failed.len()
         );
+        if !report.copies.is_empty() {
+            summary.push_str(&format!(
+                ", {} {} of moved jobs",
+                if dry_run { "would remove" } else { "removed" },
+                copies(report.copies.len())
+            ));
+        }
+        println!("{summary}");
         if report.unseen > 0 {
             eprintln!("idemq dlq: {}", unseen_warning(report.unseen));
         }
-        Ok(if report.failed.is_empty() && report.unseen == 0 {
+        if let Some(held) = &report.held_elsewhere {
+            eprintln!("idemq dlq: not read: {}", held_line(held));
+            eprintln!(
+                "idemq dlq: rerun once they are back, or pass --wait <duration> to wait for them"
+            );
+        }
+        let complete = report.unseen == 0 && report.held_elsewhere.is_none();
+        Ok(if report.failed.is_empty() && complete {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -164,4 +200,29 @@ impl Ctx {
             ExitCode::FAILURE
         })
     }
+}
+
+fn copies(n: usize) -> String {
+    if n == 1 {
+        "1 duplicate copy".into()
+    } else {
+        format!("{n} duplicate copies")
+    }
+}
+
+/// How many letters another reader holds, and when they come back.
+fn held_line(held: &HeldElsewhere) -> String {
+    let when = match held.queue_visibility_timeout {
+        Some(t) => format!(
+            "they come back when that reader's hold ends: within the DLQ's visibility timeout ({}) \
+             if it set none, up to 12h if it set its own",
+            humantime::format_duration(t)
+        ),
+        None => "they come back when that reader's hold ends".into(),
+    };
+    format!(
+        "about {} dead letters are held by another reader (in flight: a killed run, another \
+         idemq dlq command); {when}",
+        held.count
+    )
 }
