@@ -21,6 +21,22 @@ pub const JOB_ID_ATTRIBUTE: &str = "idemq-job-id";
 /// message without it is its job's first copy: its `SentTimestamp` is the
 /// first-enqueued time (a native source-to-DLQ redrive keeps it).
 pub const FIRST_ENQUEUED_ATTRIBUTE: &str = "idemq-first-enqueued";
+/// `at` as the value of [`FIRST_ENQUEUED_ATTRIBUTE`]: a String of epoch
+/// milliseconds, as SQS writes `SentTimestamp`.
+pub(crate) fn first_enqueued_value(
+    at: std::time::SystemTime,
+) -> aws_sdk_sqs::types::MessageAttributeValue {
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(ms.to_string())
+        .build()
+        .expect("data type and value are set")
+}
+
 /// Every message attribute idemq reads or writes starts with this; a copy
 /// idemq sends again drops them and sets its own.
 pub const IDEMQ_ATTRIBUTE_PREFIX: &str = "idemq-";

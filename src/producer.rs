@@ -123,6 +123,21 @@ impl Job {
         }
     }
 
+    /// The job carries `at` as its first-enqueued time
+    /// ([`FIRST_ENQUEUED_ATTRIBUTE`](crate::job::FIRST_ENQUEUED_ATTRIBUTE)):
+    /// for a copy of a job whose first copy was sent at `at`, so that its
+    /// consumer weighs the job's real age, not this copy's, against its
+    /// markers' lifetime. A job's first send needs none (its
+    /// `SentTimestamp` says it). The attribute counts towards SQS's
+    /// [`MAX_ATTRIBUTES`] and size limit.
+    pub fn first_enqueued(mut self, at: std::time::SystemTime) -> Self {
+        self.attributes.insert(
+            crate::job::FIRST_ENQUEUED_ATTRIBUTE.to_owned(),
+            crate::job::first_enqueued_value(at),
+        );
+        self
+    }
+
     /// The job in FIFO message group `group`.
     pub fn in_group(mut self, group: impl Into<String>) -> Self {
         self.group_id = Some(group.into());
