@@ -1,8 +1,11 @@
 //! Worker benchmark on the local stack: idemq's worker against a plain
 //! consumer doing the same writes without idempotency, in the same run.
 //!
-//! Prints per-job DynamoDB requests (goal: exactly 1 per successful job),
-//! SQS requests per batch, and jobs/s with the ratio to the plain consumer.
+//! Prints per-job DynamoDB requests, SQS requests per batch, and jobs/s
+//! with the ratio to the plain consumer, for idemq with its defaults (the
+//! marker read before the handler, legacy markers read: 3 requests per
+//! job, the two reads side by side), with the look-up alone (2), and with
+//! the commit alone (exactly 1).
 //! Requests are counted by an SDK interceptor, one per HTTP attempt, so SDK
 //! retries count too.
 //!
@@ -19,6 +22,7 @@ use aws_sdk_sqs::types::{
 };
 use futures_util::{StreamExt, stream};
 use idemq::config::BatchConfig;
+use idemq::config::LegacyMarkers;
 use idemq::host::Host;
 use idemq::init::{InitSpec, init};
 use idemq::worker::{WorkerArgs, serve};
@@ -166,32 +170,44 @@ async fn main() -> Result<(), Error> {
     let run = format!("bench-{}", rand::random::<u32>());
     let c = clients().await;
 
-    // idemq's worker.
-    let res = fresh(&c, &format!("{run}-idemq")).await?;
-    send_jobs(&c, &res.queue_url, n).await?;
-    c.counter.take();
-    let host = Host::from_clients(
-        ledger::Ledger {
-            table: res.table_name.clone(),
-            fail_accounts: HashSet::new(),
-        },
-        c.sqs.clone(),
-        c.ddb.clone(),
-        TableLayout::new(&res.table_name),
-        IdempotencyConfig::default(),
-        BatchConfig::default().with_concurrency(CONCURRENCY),
-    );
-    let mut args = WorkerArgs::new(res.queue_url.clone());
-    args.exit_when_idle = Some(IDLE);
-    let start = Instant::now();
-    let totals = serve(&host, &args).await?;
-    // The worker only notices it is idle after IDLE seconds without a message.
-    let idemq_secs = start
-        .elapsed()
-        .saturating_sub(Duration::from_secs(IDLE))
-        .as_secs_f64();
-    let idemq_counts = c.counter.take();
-    assert_eq!(totals.succeeded as usize, n, "{}", totals.summary());
+    // idemq's worker, with the marker read before the handler and legacy
+    // markers read (the defaults), with the look-up alone, and with
+    // neither (the commit alone dedups).
+    let mut idemq_runs = Vec::new();
+    for (label, read_first, legacy) in [
+        ("idemq", true, LegacyMarkers::Read),
+        ("look-up only", true, LegacyMarkers::Off),
+        ("commit only", false, LegacyMarkers::Off),
+    ] {
+        let res = fresh(&c, &format!("{run}-{}", idemq_runs.len())).await?;
+        send_jobs(&c, &res.queue_url, n).await?;
+        c.counter.take();
+        let mut behaviour = IdempotencyConfig::default();
+        behaviour.read_marker_first = read_first;
+        behaviour.legacy_markers = legacy;
+        let host = Host::from_clients(
+            ledger::Ledger {
+                table: res.table_name.clone(),
+                fail_accounts: HashSet::new(),
+            },
+            c.sqs.clone(),
+            c.ddb.clone(),
+            TableLayout::new(&res.table_name),
+            behaviour,
+            BatchConfig::default().with_concurrency(CONCURRENCY),
+        );
+        let mut args = WorkerArgs::new(res.queue_url.clone());
+        args.exit_when_idle = Some(IDLE);
+        let start = Instant::now();
+        let totals = serve(&host, &args).await?;
+        // The worker only notices it is idle after IDLE seconds without a message.
+        let secs = start
+            .elapsed()
+            .saturating_sub(Duration::from_secs(IDLE))
+            .as_secs_f64();
+        assert_eq!(totals.succeeded as usize, n, "{}", totals.summary());
+        idemq_runs.push((label, secs, c.counter.take()));
+    }
 
     // The plain consumer, same jobs, same emulator, same concurrency.
     let res = fresh(&c, &format!("{run}-plain")).await?;
@@ -202,33 +218,39 @@ async fn main() -> Result<(), Error> {
     let plain_secs = start.elapsed().as_secs_f64();
     let plain_counts = c.counter.take();
 
-    // GetQueueAttributes at start-up and the idle polls are not per batch.
-    let idemq_batches = idemq_counts.get("SQS.ReceiveMessage").copied().unwrap_or(0);
     let per = |x: u64, d: f64| x as f64 / d;
     println!(
         "worker benchmark: {n} ledger jobs, batch 10, concurrency {CONCURRENCY}, local stack (moto serialises DynamoDB)"
     );
-    println!("{:<28}{:>12}{:>12}", "", "idemq", "plain");
+    print!("{:<28}", "");
+    for (label, ..) in &idemq_runs {
+        print!("{label:>14}");
+    }
+    println!("{:>14}", "plain");
+    print!("{:<28}", "jobs/s");
+    for (_, secs, _) in &idemq_runs {
+        print!("{:>14.0}", n as f64 / secs);
+    }
+    println!("{:>14.0}", n as f64 / plain_secs);
+    print!("{:<28}", "DynamoDB requests / job");
+    for (_, _, counts) in &idemq_runs {
+        print!("{:>14.3}", per(sum(counts, "dynamodb"), n as f64));
+    }
+    println!("{:>14.3}", per(sum(&plain_counts, "dynamodb"), n as f64));
+    print!("{:<28}", "SQS requests / batch");
+    for (_, _, counts) in &idemq_runs {
+        // GetQueueAttributes at start-up and the idle polls are not per batch.
+        let batches = counts.get("SQS.ReceiveMessage").copied().unwrap_or(0);
+        print!("{:>14.2}", per(sum(counts, "sqs"), batches as f64));
+    }
     println!(
-        "{:<28}{:>12.0}{:>12.0}",
-        "jobs/s",
-        n as f64 / idemq_secs,
-        n as f64 / plain_secs
-    );
-    println!(
-        "{:<28}{:>12.3}{:>12.3}",
-        "DynamoDB requests / job",
-        per(sum(&idemq_counts, "dynamodb"), n as f64),
-        per(sum(&plain_counts, "dynamodb"), n as f64)
-    );
-    println!(
-        "{:<28}{:>12.2}{:>12.2}",
-        "SQS requests / batch",
-        per(sum(&idemq_counts, "sqs"), idemq_batches as f64),
+        "{:>14.2}",
         per(sum(&plain_counts, "sqs"), plain_batches as f64)
     );
-    println!("ratio idemq / plain jobs/s: {:.2}", plain_secs / idemq_secs);
-    println!("idemq requests: {idemq_counts:?}");
+    for (label, secs, counts) in &idemq_runs {
+        println!("ratio {label} / plain jobs/s: {:.2}", plain_secs / secs);
+        println!("{label} requests: {counts:?}");
+    }
     println!("plain requests: {plain_counts:?}");
     Ok(())
 }

@@ -42,7 +42,7 @@ use tracing::Instrument;
 
 use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
 use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
-use crate::commit::{Committer, JobRef};
+use crate::commit::{Committer, JobRef, LookedUp};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
 use crate::effect::Effect;
@@ -458,63 +458,26 @@ impl Core {
         let attempt = match &resolved {
             Err(e) => Attempt::InvalidJobId(e.clone()),
             Ok(crate::envelope::ResolvedJob { id, .. }) => {
-                match self.handler.decode(payload) {
-                    Err(e) => Attempt::Undecodable(e),
-                    Ok(job) => {
-                        let meta = JobMeta {
-                            job_id: id.clone(),
-                            attempt: msg.receive_count,
-                            queue: queue.name.clone(),
-                            namespace: self.committer.layout().namespace_for(&queue.name).into(),
-                            queue_url: queue.url.clone(),
-                            message_id: msg.message_id.clone(),
-                            deadline,
-                        };
-                        let job_ref = JobRef {
-                            id,
-                            payload_hash: &hash,
-                            queue: &queue.name,
-                        };
-                        // A lost optimistic-concurrency race runs the job
-                        // again (decoded afresh), within this invocation.
-                        let mut decoded = Some(job);
-                        let work = rerun_lost_races(
-                            self.config.contention_retries,
-                            budget.start_by,
-                            contended,
-                            || {
-                                let job = decoded
-                                    .take()
-                                    .map_or_else(|| self.handler.decode(payload), Ok);
-                                let meta = meta.clone();
-                                async move {
-                                    let job = job.map_err(Attempt::Undecodable)?;
-                                    let effect = self
-                                        .handler
-                                        .handle(job, meta)
-                                        .await
-                                        .map_err(Attempt::Handler)?;
-                                    // Follow-ups go out after the commit and
-                                    // before the acknowledgement
-                                    // (src/followup.rs).
-                                    Ok(match self.committer.settle(job_ref, &effect).await {
-                                        Ok((outcome, stored)) => Ok(self
-                                            .follow_ups
-                                            .after_commit(&effect, outcome, stored)
-                                            .await),
-                                        Err(e) => Err(e),
-                                    })
-                                }
-                            },
-                        );
-                        let guarded = AssertUnwindSafe(work).catch_unwind();
-                        match tokio::time::timeout_at(budget.abandon_at, guarded).await {
-                            Err(_) => Attempt::TimedOut,
-                            Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
-                            Ok(Ok(Err(attempt))) => attempt,
-                            Ok(Ok(Ok(commit))) => Attempt::Commit(commit),
-                        }
-                    }
+                let job_ref = JobRef {
+                    id,
+                    payload_hash: &hash,
+                    queue: &queue.name,
+                };
+                let meta = JobMeta {
+                    job_id: id.clone(),
+                    attempt: msg.receive_count,
+                    queue: queue.name.clone(),
+                    namespace: self.committer.layout().namespace_for(&queue.name).into(),
+                    queue_url: queue.url.clone(),
+                    message_id: msg.message_id.clone(),
+                    deadline,
+                };
+                let work = self.look_up_then_run(job_ref, payload, meta, budget, contended);
+                let guarded = AssertUnwindSafe(work).catch_unwind();
+                match tokio::time::timeout_at(budget.abandon_at, guarded).await {
+                    Err(_) => Attempt::TimedOut,
+                    Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
+                    Ok(Ok(attempt)) => attempt,
                 }
             }
         };
@@ -561,6 +524,70 @@ impl Core {
                 .await;
         }
         verdict
+    }
+
+    /// A job with a valid id: its marker looked up first when the committer
+    /// reads markers before the handler (src/commit/look_up.rs: a job
+    /// already committed is settled without running its handler, and its
+    /// stored follow-ups are re-sent), then decoded, handled and committed,
+    /// a lost race re-running it within this invocation.
+    async fn look_up_then_run(
+        &self,
+        job_ref: JobRef<'_>,
+        payload: &str,
+        meta: JobMeta,
+        budget: &Budget,
+        contended: &AtomicU64,
+    ) -> Attempt {
+        if self.committer.looks_up() {
+            match self.committer.look_up(job_ref).await {
+                Ok(LookedUp::Absent) => {}
+                Ok(LookedUp::Settled(outcome, stored)) => {
+                    return Attempt::Commit(Ok(self
+                        .follow_ups
+                        .after_commit(&Effect::new(), outcome, stored)
+                        .await));
+                }
+                Err(e) => return Attempt::Commit(Err(e)),
+            }
+        }
+        let mut decoded = match self.handler.decode(payload) {
+            Ok(job) => Some(job),
+            Err(e) => return Attempt::Undecodable(e),
+        };
+        // A lost optimistic-concurrency race runs the job again (decoded
+        // afresh), within this invocation.
+        let work = rerun_lost_races(
+            self.config.contention_retries,
+            budget.start_by,
+            contended,
+            || {
+                let job = decoded
+                    .take()
+                    .map_or_else(|| self.handler.decode(payload), Ok);
+                let meta = meta.clone();
+                async move {
+                    let job = job.map_err(Attempt::Undecodable)?;
+                    let effect = self
+                        .handler
+                        .handle(job, meta)
+                        .await
+                        .map_err(Attempt::Handler)?;
+                    // Follow-ups go out after the commit and before the
+                    // acknowledgement (src/followup.rs).
+                    Ok(match self.committer.settle(job_ref, &effect).await {
+                        Ok((outcome, stored)) => {
+                            Ok(self.follow_ups.after_commit(&effect, outcome, stored).await)
+                        }
+                        Err(e) => Err(e),
+                    })
+                }
+            },
+        );
+        match work.await {
+            Err(attempt) => attempt,
+            Ok(commit) => Attempt::Commit(commit),
+        }
     }
 
     /// A retry whose next attempt could come after SQS deletes the message

@@ -33,9 +33,12 @@ use crate::job::{JobId, PayloadHash};
 
 mod contention;
 mod deployment;
+mod look_up;
 mod replaced;
 mod single;
 mod switch;
+
+pub(crate) use look_up::LookedUp;
 
 /// What happened to one job's commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +158,7 @@ pub struct Committer {
     layout: TableLayout,
     marker_ttl: Duration,
     legacy: LegacyMarkers,
+    marker_first: bool,
 }
 
 impl Committer {
@@ -169,11 +173,21 @@ impl Committer {
             layout,
             marker_ttl,
             legacy: LegacyMarkers::Off,
+            marker_first: false,
         }
     }
 
-    /// Whether a commit first looks for the job's marker under the key an
-    /// earlier version wrote ([`LegacyMarkers`]).
+    /// Whether the batch reads a job's marker before running its handler,
+    /// so that a duplicate's handler does not run again (see
+    /// `src/commit/look_up.rs`; the host sets it from
+    /// `IDEMQ_READ_MARKER_FIRST`).
+    pub fn with_marker_first(mut self, marker_first: bool) -> Self {
+        self.marker_first = marker_first;
+        self
+    }
+
+    /// Whether the batch's look-up before the handler also reads the job's
+    /// marker under the key an earlier version wrote ([`LegacyMarkers`]).
     pub fn with_legacy_markers(mut self, legacy: LegacyMarkers) -> Self {
         self.legacy = legacy;
         self
@@ -235,11 +249,6 @@ impl Committer {
         let mut items = Vec::with_capacity(effect.len() + 1);
         if effect.uses_separate_marker() {
             let now = crate::clock::now();
-            if self.legacy.read_at(now)
-                && let Some(outcome) = self.legacy_marker(job, stored).await
-            {
-                return Ok(outcome);
-            }
             items.push(self.marker_put(job, now, effect)?);
         }
         for (index, write) in effect.writes().iter().enumerate() {
@@ -453,46 +462,6 @@ impl Committer {
 
     fn key(&self, key: String) -> Item {
         HashMap::from([(self.layout.partition_key.clone(), AttributeValue::S(key))])
-    }
-
-    /// The job's marker as an earlier version wrote it (no namespace), if
-    /// it is this consumer's: the outcome it settles, or `None` to commit.
-    ///
-    /// A legacy marker names the queue it was committed from; with the
-    /// default namespace (the queue's name) one that names another queue is
-    /// another consumer's, and does not make this job a duplicate. With a
-    /// namespace set, any legacy marker is taken as this consumer's: a job
-    /// is then never applied twice, at the cost of a fan-out job committed
-    /// before the upgrade staying skipped as before.
-    async fn legacy_marker(
-        &self,
-        job: JobRef<'_>,
-        duplicate_of: &mut Option<Item>,
-    ) -> Option<CommitOutcome> {
-        let key = self.key(self.layout.legacy_marker_key(job.id.as_str()));
-        let item = match self.read_item(&self.layout.table_name, &key).await {
-            Ok(item) => item?,
-            Err(e) => {
-                return Some(CommitOutcome::Transient {
-                    reason: format!("legacy marker could not be read: {e}"),
-                });
-            }
-        };
-        let m = self.parse_marker(&item)?;
-        let queue = crate::config::queue_name(&m.queue);
-        let ours = self.layout.namespace.is_some()
-            || queue.is_empty()
-            || queue == crate::config::queue_name(job.queue);
-        if !ours {
-            return None;
-        }
-        if &m.payload_hash == job.payload_hash {
-            *duplicate_of = Some(item);
-            return Some(CommitOutcome::Duplicate);
-        }
-        Some(CommitOutcome::Conflict {
-            stored_hash: m.payload_hash,
-        })
     }
 
     /// One item, by a consistent read.

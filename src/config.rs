@@ -276,7 +276,19 @@ pub struct IdempotencyConfig {
     /// Whether markers written before markers were namespaced are still
     /// read (`IDEMQ_LEGACY_MARKERS`, default `read`).
     pub legacy_markers: LegacyMarkers,
+    /// Whether a job's marker is read before its handler runs
+    /// (`IDEMQ_READ_MARKER_FIRST`, `true` or `false`, default
+    /// [`DEFAULT_READ_MARKER_FIRST`]): a duplicate then skips its handler,
+    /// so whatever the handler does outside DynamoDB is not done again.
+    pub read_marker_first: bool,
 }
+
+/// Whether markers are read before the handler unless
+/// `IDEMQ_READ_MARKER_FIRST` says otherwise. On: one consistent `GetItem`
+/// per job (1 read unit) buys a handler that never runs again for a job
+/// already committed, however late the copy (the numbers are in
+/// BENCHMARKS.md).
+pub const DEFAULT_READ_MARKER_FIRST: bool = true;
 
 impl Default for IdempotencyConfig {
     fn default() -> Self {
@@ -284,13 +296,15 @@ impl Default for IdempotencyConfig {
             marker_ttl: DEFAULT_MARKER_TTL,
             job_id: JobIdResolver::new(),
             legacy_markers: LegacyMarkers::Read,
+            read_marker_first: DEFAULT_READ_MARKER_FIRST,
         }
     }
 }
 
 impl IdempotencyConfig {
     /// `IDEMQ_MARKER_TTL` (a duration such as `21d` or `504h`),
-    /// `IDEMQ_JOB_ID_POINTER` (a JSON pointer such as `/transfer_id`) and
+    /// `IDEMQ_LEGACY_MARKERS`, `IDEMQ_READ_MARKER_FIRST` (`true` or
+    /// `false`), `IDEMQ_JOB_ID_POINTER` (a JSON pointer such as `/transfer_id`) and
     /// `IDEMQ_ENVELOPE` (`none`, `sns` or `eventbridge`: see
     /// [`crate::envelope`]).
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -304,6 +318,19 @@ impl IdempotencyConfig {
         }
         if let Some(v) = get(LegacyMarkers::ENV_VAR) {
             config.legacy_markers = LegacyMarkers::parse(&v)?;
+        }
+        if let Some(v) = get("IDEMQ_READ_MARKER_FIRST") {
+            config.read_marker_first = match v.as_str() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "IDEMQ_READ_MARKER_FIRST",
+                        value: v,
+                        why: "true or false".into(),
+                    });
+                }
+            };
         }
         if let Some(p) = get("IDEMQ_JOB_ID_POINTER").filter(|p| !p.is_empty()) {
             if !p.starts_with('/') {
@@ -836,6 +863,20 @@ mod tests {
         assert!(c.legacy_markers.read_at(t - DAY));
         assert!(!c.legacy_markers.read_at(t));
         assert!(IdempotencyConfig::from_lookup(env(&[("IDEMQ_LEGACY_MARKERS", "on")])).is_err());
+    }
+
+    #[test]
+    fn markers_are_read_first_by_default_and_the_variable_is_a_boolean() {
+        let c = IdempotencyConfig::from_lookup(env(&[])).unwrap();
+        assert_eq!(c.read_marker_first, DEFAULT_READ_MARKER_FIRST);
+        for (v, want) in [("true", true), ("1", true), ("false", false), ("0", false)] {
+            let c = IdempotencyConfig::from_lookup(env(&[("IDEMQ_READ_MARKER_FIRST", v)])).unwrap();
+            assert_eq!(c.read_marker_first, want, "{v}");
+        }
+        let err = IdempotencyConfig::from_lookup(env(&[("IDEMQ_READ_MARKER_FIRST", "yes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("IDEMQ_READ_MARKER_FIRST"), "{err}");
     }
 
     #[test]

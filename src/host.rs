@@ -63,7 +63,8 @@ impl<H: Handler> Host<H> {
         batch: BatchConfig,
     ) -> Self {
         let committer = Committer::new(ddb.clone(), layout.clone(), behaviour.marker_ttl)
-            .with_legacy_markers(behaviour.legacy_markers);
+            .with_legacy_markers(behaviour.legacy_markers)
+            .with_marker_first(behaviour.read_marker_first);
         let dead_letters = DeadLetters::new(ddb, sqs.clone(), layout, behaviour.marker_ttl);
         let processor = Processor::new(
             handler,

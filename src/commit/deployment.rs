@@ -32,6 +32,11 @@ pub(super) fn is_access_denied(code: Option<&str>) -> bool {
 }
 
 impl Needs {
+    /// What a consistent read of a marker needs: `GetItem` on `table`.
+    pub(super) fn read(table: &str) -> Self {
+        Self(vec![("dynamodb:GetItem", table.to_owned())])
+    }
+
     /// `dynamodb:PutItem on table a, dynamodb:UpdateItem on table b`.
     fn permissions(&self) -> String {
         self.0

@@ -48,8 +48,9 @@ data "aws_iam_policy_document" "function" {
     resources = [aws_sqs_queue.dlq.arn]
   }
 
-  # TransactWriteItems is authorised per item action; GetItem reads a marker
-  # when a transaction was cancelled without its copy. A handler whose effects
+  # TransactWriteItems is authorised per item action; GetItem reads a job's
+  # marker before its handler runs (IDEMQ_READ_MARKER_FIRST) and when a
+  # transaction was cancelled without its copy. A handler whose effects
   # write other tables needs them added here.
   statement {
     sid = "Table"
