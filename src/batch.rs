@@ -312,6 +312,7 @@ impl Core {
             metrics: BatchMetrics {
                 batch_size: messages.len() as u64,
                 contended: contended.into_inner(),
+                follow_ups_not_resent: self.follow_ups.take_not_resent(),
                 ..BatchMetrics::default()
             },
             ..BatchReport::default()

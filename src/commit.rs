@@ -29,6 +29,7 @@ use aws_sdk_dynamodb::types::{
 
 use crate::config::{LegacyMarkers, TableLayout};
 use crate::effect::{Effect, EffectError, Item, MarkerSlot, Write};
+use crate::followup::StoredMarker;
 use crate::job::{JobId, PayloadHash};
 
 mod contention;
@@ -142,8 +143,9 @@ pub struct Marker {
     pub job_id: String,
     /// The hash of the payload committed.
     pub payload_hash: PayloadHash,
-    /// When, RFC 3339.
-    pub committed_at: String,
+    /// When it was committed (stored as RFC 3339 with milliseconds); `None`
+    /// for a fused marker written by a version that stored no commit time.
+    pub committed_at: Option<SystemTime>,
     /// The source queue.
     pub queue: String,
     /// When DynamoDB's TTL may delete it.
@@ -205,6 +207,7 @@ impl Committer {
             reserved_prefix: &self.layout.key_prefix,
             job_id: &self.layout.job_id,
             payload_hash: &self.layout.payload_hash,
+            committed_at: &self.layout.committed_at,
         }
     }
 
@@ -222,16 +225,27 @@ impl Committer {
     }
 
     /// [`Committer::commit`], and for a [`CommitOutcome::Duplicate`] the
-    /// marker item as stored (the follow-ups it carries are sent again:
-    /// [`crate::followup`]).
+    /// marker as stored, with what deciding on its follow-ups needs (they
+    /// are sent again within the follow-up horizon: [`crate::followup`]).
     pub(crate) async fn settle(
         &self,
         job: JobRef<'_>,
         effect: &Effect,
-    ) -> Result<(CommitOutcome, Option<Item>), CommitError> {
+    ) -> Result<(CommitOutcome, Option<StoredMarker>), CommitError> {
         let mut stored = None;
         let outcome = self.commit_into(job, effect, &mut stored).await?;
-        Ok((outcome, stored))
+        Ok((outcome, stored.map(|item| self.stored_marker(job, item))))
+    }
+
+    /// A duplicate's marker item, with its commit time and this consumer's
+    /// follow-up horizon.
+    fn stored_marker(&self, job: JobRef<'_>, item: Item) -> StoredMarker {
+        StoredMarker {
+            job_id: job.id.to_string(),
+            committed_at: self.parse_marker(&item).and_then(|m| m.committed_at),
+            horizon: crate::followup::horizon(self.marker_ttl),
+            item,
+        }
     }
 
     /// The commit; a duplicate's stored marker goes into `stored`.
@@ -254,7 +268,10 @@ impl Committer {
         for (index, write) in effect.writes().iter().enumerate() {
             items.push(if effect.fused_index() == Some(index) {
                 TransactWriteItem::builder()
-                    .put(self.fused_put(job, write, effect)?.into_put()?)
+                    .put(
+                        self.fused_put(job, write, effect, crate::clock::now())?
+                            .into_put()?,
+                    )
                     .build()
             } else {
                 self.switch_write(job, effect, write)?
@@ -503,7 +520,8 @@ impl Committer {
         Some(Marker {
             job_id: s(&self.layout.job_id)?,
             payload_hash: PayloadHash::from_hex(s(&self.layout.payload_hash)?),
-            committed_at: s(&self.layout.committed_at).unwrap_or_default(),
+            committed_at: s(&self.layout.committed_at)
+                .and_then(|t| humantime::parse_rfc3339_weak(&t).ok()),
             queue: s(&self.layout.queue).unwrap_or_default(),
             expires_at: expires,
         })
@@ -530,10 +548,7 @@ impl Committer {
                 l.payload_hash.clone(),
                 AttributeValue::S(job.payload_hash.to_string()),
             ),
-            (
-                l.committed_at.clone(),
-                AttributeValue::S(humantime::format_rfc3339_millis(now).to_string()),
-            ),
+            (l.committed_at.clone(), committed_at(now)),
             (l.queue.clone(), AttributeValue::S(job.queue.to_owned())),
             (
                 l.expires_at.clone(),
@@ -552,15 +567,22 @@ impl Committer {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    /// `write` as the job's fused marker: its item plus the job id and
-    /// payload hash, put only if no item has its key, and returning the
-    /// item that has it when one does. Validation has checked that `write`
-    /// is a Put without a condition of its own.
+    /// `write` as the job's fused marker: its item plus the job id,
+    /// payload hash and commit time (`now`), put only if no item has its
+    /// key, and returning the item that has it when one does. Validation
+    /// has checked that `write` is a Put without a condition of its own
+    /// and that its attributes leave those names free.
+    ///
+    /// The commit time is what a redelivery weighs its stored follow-ups'
+    /// re-send against ([`crate::followup`]): the item never expires, so
+    /// without it a duplicate found years later would look as fresh as
+    /// one found a second after the commit.
     fn fused_put(
         &self,
         job: JobRef<'_>,
         write: &Write,
         effect: &Effect,
+        now: SystemTime,
     ) -> Result<FusedPut, EffectError> {
         let crate::effect::WriteKind::Put { attributes } = write.kind() else {
             return Err(EffectError::Build("a fused marker must be a Put".into()));
@@ -575,6 +597,7 @@ impl Committer {
             self.layout.payload_hash.clone(),
             AttributeValue::S(job.payload_hash.to_string()),
         );
+        item.insert(self.layout.committed_at.clone(), committed_at(now));
         item.extend(crate::followup::stored(effect.follow_ups()));
         // Any key attribute exists exactly when the item does; the
         // smallest name, so the request is the same on every call.
@@ -591,6 +614,12 @@ impl Committer {
             key_attribute,
         })
     }
+}
+
+/// A marker's commit time as stored, separate or fused: RFC 3339 with
+/// milliseconds, UTC (`2026-03-01T12:00:00.123Z`).
+fn committed_at(now: SystemTime) -> AttributeValue {
+    AttributeValue::S(humantime::format_rfc3339_millis(now).to_string())
 }
 
 /// A fused marker's request, for a transaction's `Put` or a `PutItem`.
@@ -1021,5 +1050,52 @@ mod tests {
                 Cancellation::Outcome(CommitOutcome::Transient { .. })
             ));
         }
+    }
+
+    /// Both marker forms store their commit time in the layout's
+    /// `committed_at`, and read back as the time it was, to the
+    /// millisecond; a fused marker an earlier version wrote has none.
+    #[test]
+    fn markers_of_both_forms_carry_their_commit_time() {
+        let client = Client::from_conf(
+            aws_sdk_dynamodb::Config::builder()
+                .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+                .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+                .build(),
+        );
+        let committer = Committer::new(
+            client,
+            TableLayout::new("t"),
+            crate::config::DEFAULT_MARKER_TTL,
+        );
+        let id = JobId::new("order-7").unwrap();
+        let hash = PayloadHash::of(b"{}");
+        let job = JobRef {
+            id: &id,
+            payload_hash: &hash,
+            queue: "orders",
+        };
+        let now = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
+        let entry = Write::put(
+            "t",
+            crate::effect::Key::string("pk", "entry#order-7"),
+            Item::from([("amount".to_owned(), AttributeValue::N("5".into()))]),
+        );
+        let effect = Effect::new().marked_by(entry.clone());
+        let fused = committer.fused_put(job, &entry, &effect, now).unwrap().item;
+        assert_eq!(
+            fused.get("committed_at"),
+            Some(&AttributeValue::S("2027-01-15T08:00:00.123Z".into()))
+        );
+        let separate = committer.marker_put(job, now, &Effect::new()).unwrap();
+        let separate = separate.put().unwrap().item().clone();
+        for item in [&fused, &separate] {
+            let m = committer.parse_marker(item).expect("a marker");
+            assert_eq!(m.job_id, "order-7");
+            assert_eq!(m.committed_at, Some(now), "{item:?}");
+        }
+        let mut earlier = fused.clone();
+        earlier.remove("committed_at");
+        assert_eq!(committer.parse_marker(&earlier).unwrap().committed_at, None);
     }
 }

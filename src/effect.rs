@@ -431,9 +431,10 @@ impl Effect {
     /// Adds `put`, a Put that creates an item belonging to this job, and
     /// makes it the job's dedup marker: no separate marker item is written.
     ///
-    /// idemq stores the job id and payload hash in the item (attributes
-    /// named by the table layout, `job_id` and `payload_hash` by default) and
-    /// puts it only if no item with its key exists
+    /// idemq stores the job id, payload hash and commit time in the item
+    /// (attributes named by the table layout, `job_id`, `payload_hash` and
+    /// `committed_at` by default; the Put may not set them) and puts it
+    /// only if no item with its key exists
     /// (`attribute_not_exists`). When one does, the stored item decides, as
     /// for a separate marker: the same job with the same payload is a
     /// [`Duplicate`](crate::CommitOutcome::Duplicate), with another payload a
@@ -662,11 +663,14 @@ pub struct MarkerSlot<'a> {
     pub job_id: &'a str,
     /// The attribute a marker stores the payload hash in.
     pub payload_hash: &'a str,
+    /// The attribute a marker stores its commit time in.
+    pub committed_at: &'a str,
 }
 
 /// Bytes a fused marker's values add to its item at most: the job id
-/// ([`crate::job::MAX_JOB_ID_BYTES`]) and the payload hash (64 hex digits).
-const FUSED_MARKER_VALUES: usize = crate::job::MAX_JOB_ID_BYTES + 64;
+/// ([`crate::job::MAX_JOB_ID_BYTES`]), the payload hash (64 hex digits) and
+/// the commit time (RFC 3339 with milliseconds, 24 characters).
+const FUSED_MARKER_VALUES: usize = crate::job::MAX_JOB_ID_BYTES + 64 + 24;
 
 impl MarkerSlot<'_> {
     /// A fused marker must be a plain Put (idemq owns its condition) whose
@@ -679,7 +683,7 @@ impl MarkerSlot<'_> {
         if w.condition.is_some() || !w.names.is_empty() || !w.values.is_empty() {
             return Err(EffectError::MarkerCondition { index });
         }
-        for name in [self.job_id, self.payload_hash] {
+        for name in [self.job_id, self.payload_hash, self.committed_at] {
             if attributes.contains_key(name) {
                 return Err(EffectError::MarkerAttribute {
                     index,
@@ -687,7 +691,12 @@ impl MarkerSlot<'_> {
                 });
             }
         }
-        Ok(self.job_id.len() + self.payload_hash.len() + FUSED_MARKER_VALUES)
+        Ok(self.names_len() + FUSED_MARKER_VALUES)
+    }
+
+    /// The bytes of the attribute names idemq adds to a fused marker.
+    fn names_len(&self) -> usize {
+        self.job_id.len() + self.payload_hash.len() + self.committed_at.len()
     }
 
     /// Whether `write`, in the marker table, would touch an item under the
@@ -810,10 +819,10 @@ pub enum EffectError {
         index: usize,
     },
     #[error(
-        "effect write {index} is the job's marker (Effect::marked_by) and sets {attribute:?}, where idemq stores the marker's job id or payload hash"
+        "effect write {index} is the job's marker (Effect::marked_by) and sets {attribute:?}, where idemq stores the marker's job id, payload hash, commit time or follow-ups"
     )]
     /// A [`marked_by`](Effect::marked_by) write that sets an attribute
-    /// idemq stores the job id or payload hash in.
+    /// idemq stores the job id, payload hash, commit time or follow-ups in.
     MarkerAttribute {
         /// The write's index.
         index: usize,
@@ -926,10 +935,7 @@ impl Effect {
                         attribute: FOLLOW_UPS_ATTRIBUTE.to_owned(),
                     });
                 }
-                w.stored_size()
-                    + marker.job_id.len()
-                    + marker.payload_hash.len()
-                    + FUSED_MARKER_VALUES
+                w.stored_size() + marker.names_len() + FUSED_MARKER_VALUES
             }
             _ => crate::followup::SEPARATE_MARKER_BYTES,
         };
@@ -993,6 +999,7 @@ mod tests {
         reserved_prefix: "idemq#",
         job_id: "job_id",
         payload_hash: "payload_hash",
+        committed_at: "committed_at",
     };
 
     fn counter(i: usize) -> Write {
@@ -1228,7 +1235,7 @@ mod tests {
             guarded.validate(&SLOT),
             Err(EffectError::MarkerCondition { index: 0 })
         );
-        for name in ["job_id", "payload_hash"] {
+        for name in ["job_id", "payload_hash", "committed_at"] {
             let clash = Effect::new().marked_by(Write::put(
                 "t",
                 Key::string("pk", "entry#1"),

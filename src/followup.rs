@@ -26,25 +26,65 @@
 //!    <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_CancellationReason.html>),
 //!    or which idemq reads back when it was not returned. The follow-ups
 //!    *stored* there are sent again, not the ones the handler returned this
-//!    time, before the job is acknowledged as a duplicate.
+//!    time, before the job is acknowledged as a duplicate, **only while the
+//!    marker's commit is within the follow-up horizon**: the marker TTL
+//!    less the replay window (1 day; 20 days with the default 21-day TTL).
+//!    Each re-sent follow-up carries the parent's commit time as its
+//!    `idemq-first-enqueued` attribute, so its consumer weighs its real
+//!    age against its own markers' lifetime, not the re-sent copy's.
 //!
 //! A follow-up is thus sent **at least once**, and only if the job
 //! committed: a rejected, conflicting or failed job sends none. Its stable
 //! job id makes its own consumer apply it once (another idemq consumer, or
-//! anything that deduplicates on `idemq-job-id`).
+//! anything that deduplicates on `idemq-job-id`), for as long as that
+//! consumer keeps its marker.
+//!
+//! # Why the re-send stops at the horizon
+//!
+//! A marker can make a job a duplicate long after its follow-ups' own
+//! markers expired: a fused marker is the user's item and never expires,
+//! and an expired separate marker is still read until DynamoDB's TTL
+//! deletes it, up to 48 hours later. A producer that sends the same job id
+//! again on day 30 then finds the marker, and re-sending the stored
+//! follow-ups would apply them a second time. So past the horizon, or when
+//! the marker has no commit time (a fused marker written by a version that
+//! stored none), a duplicate does not re-send: it logs the job id, the
+//! follow-ups' ids, the commit time and the horizon (never bodies), counts
+//! them (`FollowUpsNotResent`, [`crate::metrics`]), and is acknowledged as
+//! before.
+//!
+//! That loses nothing a correct run needs. Only a redelivery of the job's
+//! own message needs the re-send (a crash between the commit and the send,
+//! a failed send, a replay from the DLQ), and such a redelivery comes while
+//! the message exists: within the source queue's retention and then the
+//! DLQ's, both counted from its first enqueue, which is before the commit.
+//! The start-up check makes the marker TTL at least source retention + DLQ
+//! retention + the replay window, so the horizon is at least source + DLQ
+//! retention: every such redelivery is within it. The window the horizon
+//! leaves before the TTL is the re-sent child's own: sent just inside the
+//! horizon, it still has a replay window to be consumed while markers
+//! committed after its parent's live. A message that outlives that (a
+//! replay processed more than a replay window after its DLQ retention
+//! ended) is refused by its consumer as too old to deduplicate. The one
+//! case left is a job committed by an earlier version whose follow-up was
+//! not sent before the upgrade: it is logged, for an operator to send by
+//! hand.
 //!
 //! Everything SQS and DynamoDB would refuse is checked before any I/O, by
 //! [`Effect::validate`](crate::Effect::validate): a follow-up that SQS
 //! refused *after* the commit could never be sent. The checks: a valid job
 //! id, each job id once per effect, a non-empty body, at most
 //! [`MAX_FOLLOW_UP_BYTES`] with its attributes, at most
-//! [`MAX_ATTRIBUTES`] attributes with
-//! `idemq-job-id`, no `idemq-` attribute of its own, a group on a queue
+//! [`MAX_ATTRIBUTES`] attributes with `idemq-job-id` and
+//! `idemq-first-enqueued` (counted always, as a re-send carries it: at most
+//! 8 of its own), no `idemq-` attribute of its own, a group on a queue
 //! whose name ends in `.fifo` ("FIFO queue names must end with the .fifo
 //! suffix", <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-fifo.html>),
 //! and the marker item with its follow-ups within DynamoDB's 400 KB.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -52,9 +92,10 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use serde::Serialize;
 
 use crate::commit::CommitOutcome;
+use crate::config::REPLAY_WINDOW;
 use crate::effect::{Effect, Item};
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JobId};
-use crate::producer::{Job, MAX_ATTRIBUTES, Producer, SendError};
+use crate::producer::{Job, MAX_ATTRIBUTES, Producer, SendError, attributes_with_job_id};
 
 /// The marker attribute that stores a job's follow-ups (a list of maps).
 /// A [fused](crate::Effect::marked_by) marker's item may not set it.
@@ -69,6 +110,12 @@ pub const FOLLOW_UPS_ATTRIBUTE: &str = "idemq_follow_ups";
 /// known yet: a queue configured below this can still refuse one, and the
 /// job is then retried until its redrive gives up.
 pub const MAX_FOLLOW_UP_BYTES: usize = 256 * 1024;
+
+/// The first-enqueued time a follow-up's size is checked with: its value
+/// (epoch milliseconds) has 13 digits until the year 2286, as this one's.
+fn latest_first_enqueued() -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(9_999_999_999_999)
+}
 
 /// Bytes a separate marker item takes besides its follow-ups, at most: key,
 /// job id (each up to [`crate::job::MAX_JOB_ID_BYTES`]), hash, timestamps,
@@ -134,14 +181,16 @@ pub enum FollowUpError {
         /// Body plus attributes, as SQS counts them.
         bytes: usize,
     },
-    /// More than SQS's 10 message attributes with `idemq-job-id`.
+    /// More than SQS's 10 message attributes with `idemq-job-id` and
+    /// `idemq-first-enqueued` (which a re-send from the marker carries):
+    /// at most 8 of its own.
     #[error(
-        "follow-up {index} has {count} message attributes with idemq-job-id; SQS takes at most {MAX_ATTRIBUTES}"
+        "follow-up {index} has {count} message attributes with idemq-job-id and idemq-first-enqueued (set when it is re-sent from the marker); SQS takes at most {MAX_ATTRIBUTES}"
     )]
     TooManyAttributes {
         /// The follow-up's index.
         index: usize,
-        /// The count with `idemq-job-id`.
+        /// The count with `idemq-job-id` and `idemq-first-enqueued`.
         count: usize,
     },
     /// An attribute in idemq's own `idemq-` namespace.
@@ -282,11 +331,14 @@ impl FollowUp {
                 name: name.clone(),
             });
         }
-        let count = self.attributes.len() + 1;
+        // A re-send from the marker adds idemq-first-enqueued: a follow-up
+        // must fit SQS's limits as re-sent, since one refused then could
+        // never be sent.
+        let count = attributes_with_job_id(self.attributes.keys()) + 1;
         if count > MAX_ATTRIBUTES {
             return Err(FollowUpError::TooManyAttributes { index, count });
         }
-        let bytes = self.to_job().size();
+        let bytes = self.to_job().first_enqueued(latest_first_enqueued()).size();
         if bytes > MAX_FOLLOW_UP_BYTES {
             return Err(FollowUpError::TooLarge { index, bytes });
         }
@@ -435,12 +487,77 @@ pub(crate) fn from_marker(item: &Item) -> Result<Vec<FollowUp>, String> {
         .collect()
 }
 
+/// The follow-up horizon of a consumer whose markers live `marker_ttl`:
+/// the marker TTL less [`REPLAY_WINDOW`]. A duplicate re-sends its stored
+/// follow-ups only while its marker's commit is younger than this (see the
+/// module doc). The window it leaves before the TTL is the child's own: a
+/// child re-sent just inside the horizon still has a replay window to be
+/// consumed before markers committed after its parent's may expire.
+pub(crate) fn horizon(marker_ttl: Duration) -> Duration {
+    marker_ttl.saturating_sub(REPLAY_WINDOW)
+}
+
+/// A duplicate's marker as stored, with what deciding on its follow-ups
+/// needs ([`crate::Committer`] reads it; [`FollowUpSender::after_commit`]
+/// decides).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredMarker {
+    /// The marker item (separate or fused) as stored.
+    pub(crate) item: Item,
+    /// The job's id.
+    pub(crate) job_id: String,
+    /// When the marker was committed; `None` for a fused marker written by
+    /// a version that stored no commit time.
+    pub(crate) committed_at: Option<SystemTime>,
+    /// The consumer's follow-up horizon ([`horizon`]).
+    pub(crate) horizon: Duration,
+}
+
+/// Whether a duplicate re-sends the follow-ups its marker stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// The commit is within the horizon: re-send them, each carrying the
+    /// commit time as its first-enqueued time.
+    Send {
+        /// The parent's commit.
+        committed_at: SystemTime,
+    },
+    /// The commit is at least the horizon ago: not re-sent.
+    PastHorizon {
+        /// The parent's commit.
+        committed_at: SystemTime,
+    },
+    /// The marker has no commit time (a fused marker of an earlier
+    /// version): its age is unknown, so not re-sent.
+    Undated,
+}
+
+/// The re-send rule: within the horizon only, and never for a marker of
+/// unknown age. A commit time ahead of `now` (another host's clock) counts
+/// as age zero.
+pub(crate) fn resend(
+    committed_at: Option<SystemTime>,
+    now: SystemTime,
+    horizon: Duration,
+) -> Resend {
+    match committed_at {
+        None => Resend::Undated,
+        Some(at) if now.duration_since(at).unwrap_or_default() < horizon => {
+            Resend::Send { committed_at: at }
+        }
+        Some(at) => Resend::PastHorizon { committed_at: at },
+    }
+}
+
 /// Sends follow-ups through one [`Producer`] per queue, each built once
 /// (it reads the queue's type and size limit) and kept for the process.
 #[derive(Debug)]
 pub(crate) struct FollowUpSender {
     sqs: aws_sdk_sqs::Client,
     producers: std::sync::Mutex<HashMap<String, Producer>>,
+    /// Stored follow-ups that duplicates did not re-send since the last
+    /// [`take_not_resent`](Self::take_not_resent) (`FollowUpsNotResent`).
+    not_resent: AtomicU64,
 }
 
 impl FollowUpSender {
@@ -448,7 +565,14 @@ impl FollowUpSender {
         Self {
             sqs,
             producers: std::sync::Mutex::default(),
+            not_resent: AtomicU64::new(0),
         }
+    }
+
+    /// The stored follow-ups not re-sent since the last call, for the
+    /// batch's `FollowUpsNotResent` metric.
+    pub(crate) fn take_not_resent(&self) -> u64 {
+        self.not_resent.swap(0, Ordering::Relaxed)
     }
 
     async fn producer(&self, url: &str) -> Result<Producer, SendError> {
@@ -466,10 +590,15 @@ impl FollowUpSender {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sends every follow-up; the first error if any was not sent (the
-    /// others may have been: the retry sends them again, deduplicated by
-    /// their job ids).
-    pub(crate) async fn send(&self, list: &[FollowUp]) -> Result<(), SendError> {
+    /// Sends every follow-up, each carrying `first_enqueued` when given
+    /// (a re-send: the parent's commit); the first error if any was not
+    /// sent (the others may have been: the retry sends them again,
+    /// deduplicated by their job ids).
+    pub(crate) async fn send(
+        &self,
+        list: &[FollowUp],
+        first_enqueued: Option<SystemTime>,
+    ) -> Result<(), SendError> {
         let mut queues: Vec<&str> = Vec::new();
         for f in list {
             if !queues.contains(&f.queue_url.as_str()) {
@@ -481,7 +610,10 @@ impl FollowUpSender {
             let jobs = list
                 .iter()
                 .filter(|f| f.queue_url == url)
-                .map(FollowUp::to_job)
+                .map(|f| match first_enqueued {
+                    Some(at) => f.to_job().first_enqueued(at),
+                    None => f.to_job(),
+                })
                 .collect();
             for (_, sent) in producer.send_batch(jobs).await {
                 sent?;
@@ -492,19 +624,31 @@ impl FollowUpSender {
 
     /// What a commit's outcome means once its follow-ups are dealt with:
     /// committed → the effect's follow-ups are sent; a duplicate → the
-    /// follow-ups its stored marker (`stored`) carries are sent again. A
-    /// send that fails turns the outcome into a transient failure, so the
-    /// job is not acknowledged; the retry finds the marker and sends again.
+    /// follow-ups its stored marker (`stored`) carries are sent again if
+    /// its commit is within the horizon ([`resend`]), each with the
+    /// parent's commit as its first-enqueued time, and otherwise logged
+    /// and counted, not sent. A send that fails turns the outcome into a
+    /// transient failure, so the job is not acknowledged; the retry finds
+    /// the marker and sends again.
     pub(crate) async fn after_commit(
         &self,
         effect: &Effect,
         outcome: CommitOutcome,
-        stored: Option<Item>,
+        stored: Option<StoredMarker>,
     ) -> CommitOutcome {
-        let list = match (&outcome, stored) {
-            (CommitOutcome::Committed, _) => effect.follow_ups().to_vec(),
-            (CommitOutcome::Duplicate, Some(item)) => match from_marker(&item) {
-                Ok(list) => list,
+        let (list, first_enqueued) = match (&outcome, stored) {
+            (CommitOutcome::Committed, _) => (effect.follow_ups().to_vec(), None),
+            (CommitOutcome::Duplicate, Some(marker)) => match from_marker(&marker.item) {
+                Ok(list) if list.is_empty() => return outcome,
+                Ok(list) => {
+                    match resend(marker.committed_at, crate::clock::now(), marker.horizon) {
+                        Resend::Send { committed_at } => (list, Some(committed_at)),
+                        decision => {
+                            self.not_resending(&marker, &list, decision);
+                            return outcome;
+                        }
+                    }
+                }
                 Err(reason) => return CommitOutcome::Transient { reason },
             },
             _ => return outcome,
@@ -518,7 +662,7 @@ impl FollowUpSender {
             std::process::abort()
         });
         let ids: HashSet<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
-        match self.send(&list).await {
+        match self.send(&list, first_enqueued).await {
             Ok(()) => {
                 tracing::debug!(follow_ups = ?ids, "follow-ups sent");
                 outcome
@@ -534,6 +678,30 @@ impl FollowUpSender {
                     ),
                 }
             }
+        }
+    }
+
+    /// A duplicate whose stored follow-ups are not re-sent: logged (job
+    /// ids and times, never bodies) and counted.
+    fn not_resending(&self, marker: &StoredMarker, list: &[FollowUp], decision: Resend) {
+        self.not_resent
+            .fetch_add(list.len() as u64, Ordering::Relaxed);
+        let ids: Vec<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
+        let horizon = humantime::format_duration(marker.horizon);
+        match decision {
+            Resend::PastHorizon { committed_at } => tracing::warn!(
+                job_id = marker.job_id,
+                follow_ups = ?ids,
+                committed_at = %humantime::format_rfc3339_millis(committed_at),
+                %horizon,
+                "duplicate of a job committed longer ago than the follow-up horizon: its stored follow-ups are not re-sent"
+            ),
+            _ => tracing::warn!(
+                job_id = marker.job_id,
+                follow_ups = ?ids,
+                %horizon,
+                "duplicate of a job whose marker has no commit time (written by an earlier version): its stored follow-ups are not re-sent; send them by hand if the job's first run never did"
+            ),
         }
     }
 }
@@ -584,15 +752,38 @@ mod tests {
             check(FollowUp::raw(URL, "a", "x".repeat(MAX_FOLLOW_UP_BYTES))),
             Err(FollowUpError::TooLarge { .. })
         ));
+        // A re-send from the marker carries idemq-first-enqueued too: it
+        // is counted always, since a follow-up SQS refused on its re-send
+        // could never be sent.
         let mut many = FollowUp::raw(URL, "a", "{}");
-        for i in 0..9 {
+        for i in 0..8 {
             many = many.string_attribute(format!("a{i}"), "v");
         }
-        assert!(check(many.clone()).is_ok(), "9 + idemq-job-id = 10");
+        assert!(
+            check(many.clone()).is_ok(),
+            "8 + idemq-job-id + idemq-first-enqueued = 10"
+        );
         assert!(matches!(
-            check(many.string_attribute("a9", "v")),
+            check(many.string_attribute("a8", "v")),
             Err(FollowUpError::TooManyAttributes { count: 11, .. })
         ));
+        // And its bytes: a follow-up that fits only without the attribute
+        // is refused.
+        let name_type_value = "idemq-first-enqueued".len() + "String".len() + 13;
+        let id_attribute = "idemq-job-id".len() + "String".len() + "a".len();
+        let fits_bare = MAX_FOLLOW_UP_BYTES - id_attribute;
+        assert!(matches!(
+            check(FollowUp::raw(URL, "a", "x".repeat(fits_bare))),
+            Err(FollowUpError::TooLarge { bytes, .. }) if bytes == MAX_FOLLOW_UP_BYTES + name_type_value
+        ));
+        assert!(
+            check(FollowUp::raw(
+                URL,
+                "a",
+                "x".repeat(fits_bare - name_type_value)
+            ))
+            .is_ok()
+        );
         assert!(matches!(
             check(FollowUp::raw(URL, "a", "{}").string_attribute("idemq-job-id", "b")),
             Err(FollowUpError::ReservedAttribute { .. })
@@ -631,6 +822,7 @@ mod tests {
             reserved_prefix: "idemq#",
             job_id: "job_id",
             payload_hash: "payload_hash",
+            committed_at: "committed_at",
         };
         let follow = |i: usize| FollowUp::raw(URL, format!("f-{i}"), "x".repeat(200 * 1024));
         let one = Effect::new().then_send(follow(0));
@@ -667,5 +859,90 @@ mod tests {
             clash.validate(&slot),
             Err(EffectError::MarkerAttribute { index: 0, .. })
         ));
+    }
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// The re-send rule, by the marker's age against the horizon (the
+    /// marker TTL less the replay window).
+    #[test]
+    fn a_duplicate_resends_only_within_the_horizon() {
+        assert_eq!(horizon(crate::config::DEFAULT_MARKER_TTL), 20 * DAY);
+        assert_eq!(horizon(DAY / 2), Duration::ZERO, "never past zero");
+        let now = UNIX_EPOCH + 10_000 * DAY;
+        let h = horizon(21 * DAY);
+        let ago = |d: Duration| Some(now - d);
+        let table = [
+            (ago(Duration::ZERO), Resend::Send { committed_at: now }),
+            (
+                ago(DAY),
+                Resend::Send {
+                    committed_at: now - DAY,
+                },
+            ),
+            (
+                ago(h - Duration::from_millis(1)),
+                Resend::Send {
+                    committed_at: now - h + Duration::from_millis(1),
+                },
+            ),
+            (
+                ago(h),
+                Resend::PastHorizon {
+                    committed_at: now - h,
+                },
+            ),
+            (
+                ago(30 * DAY),
+                Resend::PastHorizon {
+                    committed_at: now - 30 * DAY,
+                },
+            ),
+            // Another host's clock ahead of this one: age zero.
+            (
+                Some(now + DAY),
+                Resend::Send {
+                    committed_at: now + DAY,
+                },
+            ),
+            // A fused marker of an earlier version: no commit time.
+            (None, Resend::Undated),
+        ];
+        for (committed_at, want) in table {
+            assert_eq!(resend(committed_at, now, h), want, "{committed_at:?}");
+        }
+    }
+
+    /// Past the horizon, or undated, the duplicate is acknowledged as it
+    /// was, nothing is sent (no SQS call: the client here has no
+    /// endpoint), and each follow-up not sent is counted once.
+    #[tokio::test]
+    async fn a_duplicate_past_the_horizon_sends_nothing_and_counts_it() {
+        let sqs = aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::Config::builder()
+                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+                .build(),
+        );
+        let sender = FollowUpSender::new(sqs);
+        let list = [
+            FollowUp::raw(URL, "p/a", "{}"),
+            FollowUp::raw(URL, "p/b", "{}"),
+        ];
+        let now = crate::clock::now();
+        for committed_at in [Some(now - 30 * DAY), Some(now - 20 * DAY), None] {
+            let marker = StoredMarker {
+                item: stored(&list),
+                job_id: "p".into(),
+                committed_at,
+                horizon: horizon(21 * DAY),
+            };
+            let outcome = sender
+                .after_commit(&Effect::new(), CommitOutcome::Duplicate, Some(marker))
+                .await;
+            assert_eq!(outcome, CommitOutcome::Duplicate, "{committed_at:?}");
+        }
+        assert_eq!(sender.take_not_resent(), 6);
+        assert_eq!(sender.take_not_resent(), 0, "taken once");
     }
 }

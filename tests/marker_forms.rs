@@ -69,7 +69,9 @@ async fn a_fused_marker_replaced_by_a_plain_put_is_reported_as_overwritten_with_
     // The user's own code writes the entry again, as a plain Put.
     let replaced: Item = entry
         .into_iter()
-        .filter(|(k, _)| !["job_id", "payload_hash", "idemq_follow_ups"].contains(&k.as_str()))
+        .filter(|(k, _)| {
+            !["job_id", "payload_hash", "committed_at", "idemq_follow_ups"].contains(&k.as_str())
+        })
         .collect();
     kit.dynamodb().put_item(TABLE, replaced).unwrap();
     let sent_before = kit.sqs().sent_messages().len();

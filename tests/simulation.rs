@@ -875,3 +875,32 @@ fn fan_out_consumers_each_apply_every_job_once() {
         assert!(o.invocations > 0);
     }
 }
+
+/// Parents redelivered after their children's markers expired
+/// (tests/sim/followups.rs): parents with follow-ups, markers fused and
+/// separate, re-sent by a producer within the follow-up horizon and after
+/// their children's markers are gone. No child is applied twice, none is
+/// lost. `FOLLOWUPS_SEED=<n>` runs one seed.
+#[test]
+fn parents_redelivered_after_their_childrens_markers_expired() {
+    let seeds: Vec<u64> = match std::env::var("FOLLOWUPS_SEED") {
+        Ok(s) => vec![s.parse().expect("FOLLOWUPS_SEED")],
+        Err(_) => vec![1401, 1402, 1403],
+    };
+    for seed in seeds {
+        let started = std::time::Instant::now();
+        let o = sim::followups::run(seed, 30);
+        eprintln!("{o:?} in {:?}", started.elapsed());
+        assert!(
+            o.violations.is_empty(),
+            "seed {seed} (FOLLOWUPS_SEED={seed}), failed after {:?}: {} violations, first: {:?}",
+            started.elapsed(),
+            o.violations.len(),
+            &o.violations[..o.violations.len().min(3)]
+        );
+        assert!(o.late_resends > o.parents / 3, "seed {seed}: {o:?}");
+        assert!(o.child_marker_gone > 0, "seed {seed}: {o:?}");
+        assert!(o.resent_within >= o.parents / 2, "seed {seed}: {o:?}");
+        assert_eq!(o.sent_late, 0, "seed {seed}: {o:?}");
+    }
+}

@@ -37,6 +37,7 @@ use aws_sdk_dynamodb::operation::get_item::GetItemError;
 
 use super::{CommitError, CommitOutcome, Committer, JobRef, WriteError, classify_sdk_error};
 use crate::effect::Item;
+use crate::followup::StoredMarker;
 
 impl WriteError for GetItemError {
     fn is_transient(&self) -> bool {
@@ -57,9 +58,9 @@ impl WriteError for GetItemError {
 pub(crate) enum LookedUp {
     /// No marker of this job: run the handler and commit.
     Absent,
-    /// The job is settled: its outcome, and for a duplicate the marker item
-    /// as stored (its follow-ups are sent again).
-    Settled(CommitOutcome, Option<Item>),
+    /// The job is settled: its outcome, and for a duplicate the marker as
+    /// stored (its follow-ups are sent again within the horizon).
+    Settled(CommitOutcome, Option<StoredMarker>),
 }
 
 impl Committer {
@@ -141,9 +142,10 @@ impl Committer {
     /// this delivery's, else a conflict (never a silent skip).
     fn settle_found(&self, job: JobRef<'_>, item: Item) -> LookedUp {
         match self.parse_marker(&item) {
-            Some(m) if &m.payload_hash == job.payload_hash => {
-                LookedUp::Settled(CommitOutcome::Duplicate, Some(item))
-            }
+            Some(m) if &m.payload_hash == job.payload_hash => LookedUp::Settled(
+                CommitOutcome::Duplicate,
+                Some(self.stored_marker(job, item)),
+            ),
             Some(m) => LookedUp::Settled(
                 CommitOutcome::Conflict {
                     stored_hash: m.payload_hash,

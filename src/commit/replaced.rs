@@ -1,7 +1,7 @@
 //! A fused marker ([`Effect::marked_by`]) is the user's item, and the user
 //! may replace it: a later `Put` of the same key without idemq's attributes
 //! (the user's own code, another job, a backfill) erases the job id, the
-//! payload hash and the stored follow-ups. A redelivery of the job then
+//! payload hash, the commit time and the stored follow-ups. A redelivery of the job then
 //! finds an item that marks nothing. It cannot be a duplicate: the item may
 //! as well have been there before the job ever ran, and acknowledging it
 //! would lose that job. It cannot be applied either: its key is taken, and

@@ -146,7 +146,7 @@ impl Committer {
                     table,
                     item,
                     key_attribute,
-                } = self.fused_put(job, write, effect)?;
+                } = self.fused_put(job, write, effect, crate::clock::now())?;
                 let sent = self
                     .client
                     .put_item()

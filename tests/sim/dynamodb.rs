@@ -592,6 +592,14 @@ impl Ddb {
         }
     }
 
+    /// When TTL deletes the item `key` of `table` as it is now; `None`
+    /// without such an item or a TTL on it.
+    pub fn ttl_deletes_at(&self, table: &str, key: &str) -> Option<SystemTime> {
+        let t = self.tables.get(table)?;
+        let due = ttl_due(t, key, t.items.get(key)?)?;
+        Some(UNIX_EPOCH + Duration::from_secs(due))
+    }
+
     /// Deletes items whose TTL attribute is past, each some time within
     /// [`TTL_LAG`] after it expired (the lag a function of the key, so a
     /// run stays a function of its seed). Due times are kept in order as

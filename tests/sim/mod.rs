@@ -12,6 +12,8 @@
 //! - [`shapes`]: the shapes of the handler's effects (idemq's commit paths);
 //! - [`run`]: one run of a seed, from set-up to verdict;
 //! - [`fanout`]: two consumers on one table, fed by a fan-out;
+//! - [`followups`]: parents redelivered after their children's markers
+//!   expired;
 //! - [`speed`]: `make bench-sim`, the runs' rate against the SDK's floor.
 
 #![allow(dead_code)]
@@ -21,6 +23,7 @@ pub mod dynamodb;
 pub mod fanout;
 pub mod faults;
 pub mod fifo;
+pub mod followups;
 pub mod lambda;
 pub mod net;
 pub mod run;
