@@ -340,8 +340,10 @@ impl Core {
                 }
                 Verdict::DeadLetter { failure } => {
                     m.dead_lettered += 1;
-                    if failure.kind == crate::classify::FailureKind::Conflict {
-                        m.conflict += 1;
+                    match failure.kind {
+                        crate::classify::FailureKind::Conflict => m.conflict += 1,
+                        crate::classify::FailureKind::Expired => m.expired += 1,
+                        _ => {}
                     }
                 }
                 Verdict::NotAttempted { why } => {
@@ -455,9 +457,18 @@ impl Core {
         let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
         let hash = PayloadHash::of(payload.as_bytes());
         let job_id = resolved.as_ref().ok().map(|j| j.id.clone());
-        let attempt = match &resolved {
-            Err(e) => Attempt::InvalidJobId(e.clone()),
-            Ok(crate::envelope::ResolvedJob { id, .. }) => {
+        // Before anything runs: a job its markers can no longer remember
+        // could be applied twice, and its handler may act outside DynamoDB.
+        // Every redelivery of it is judged alike.
+        let remembered = crate::horizon::check_markers_remember(
+            msg.first_enqueued(),
+            crate::clock::now(),
+            self.dead_letters.marker_ttl(),
+        );
+        let attempt = match (&resolved, remembered) {
+            (Err(e), _) => Attempt::InvalidJobId(e.clone()),
+            (Ok(_), Err(expired)) => Attempt::Expired(expired),
+            (Ok(crate::envelope::ResolvedJob { id, .. }), Ok(())) => {
                 match self.handler.decode(payload) {
                     Err(e) => Attempt::Undecodable(e),
                     Ok(job) => {
@@ -669,6 +680,7 @@ impl Core {
             body: &msg.body,
             attributes: &msg.attributes,
             group_id: msg.group_id.as_deref(),
+            first_enqueued: msg.first_enqueued(),
         };
         // Not sent in time means not sent: the message stays on the queue
         // and is reported failed, never acknowledged. (If SQS took the send

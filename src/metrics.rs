@@ -14,6 +14,7 @@
 //! | `JobsConflict`     | Count        | same job id, different payload      |
 //! | `JobsContended`    | Count        | races lost: optimistic conditions and `TransactionConflict` cancellations (each one, also those re-run at once) |
 //! | `JobsMisconfigured`| Count        | jobs failed by the deployment (a permission the role lacks, a missing table) |
+//! | `JobsExpired`      | Count        | jobs not run because they were first enqueued a marker TTL ago or more (dead-lettered, kind `expired`) |
 //! | `JobDuration`      | Milliseconds | one value per job                   |
 //! | `BatchSize`        | Count        | messages in the batch               |
 //!
@@ -66,6 +67,11 @@ pub struct BatchMetrics {
     /// (`JobsMisconfigured`): the role lacks a permission on a table the
     /// commit writes, or the table does not exist.
     pub misconfigured: u64,
+    /// Jobs not run because their first enqueue is a marker TTL ago or
+    /// more (`JobsExpired`; counted in `dead_lettered` too): their markers
+    /// may be gone, so only an operator may apply them
+    /// ([`crate::horizon`]).
+    pub expired: u64,
     /// Messages received in the batch (after `absorb`: in all batches).
     pub batch_size: u64,
     /// One entry per job that ran, in the order they finished.
@@ -127,6 +133,7 @@ impl BatchMetrics {
         self.conflict = self.conflict.saturating_add(other.conflict);
         self.contended = self.contended.saturating_add(other.contended);
         self.misconfigured = self.misconfigured.saturating_add(other.misconfigured);
+        self.expired = self.expired.saturating_add(other.expired);
         self.batch_size = self.batch_size.saturating_add(other.batch_size);
         self.job_durations.extend_from_slice(&other.job_durations);
     }
@@ -136,8 +143,9 @@ impl BatchMetrics {
     /// `jobs` is [`batch_size`](Self::batch_size), the messages received;
     /// percentiles are nearest-rank over [`job_durations`](Self::job_durations).
     /// Lost races ([`contended`](Self::contended)) and jobs failed by the
-    /// deployment ([`misconfigured`](Self::misconfigured)) are shown when
-    /// there were any (`…, conflict 0, contended 12, misconfigured 3; …`).
+    /// deployment ([`misconfigured`](Self::misconfigured)) or refused as
+    /// [`expired`](Self::expired) are shown when there were any
+    /// (`…, conflict 0, contended 12, misconfigured 3; …`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -172,6 +180,9 @@ impl BatchMetrics {
         if self.misconfigured > 0 {
             contended.push_str(&format!(", misconfigured {}", self.misconfigured));
         }
+        if self.expired > 0 {
+            contended.push_str(&format!(", expired {}", self.expired));
+        }
         format!(
             "jobs {}: succeeded {}, duplicate {}, retried {}, dead-lettered {}, conflict {}{contended}; {latency}",
             self.batch_size,
@@ -183,7 +194,7 @@ impl BatchMetrics {
         )
     }
 
-    fn counters(&self) -> [(&'static str, u64); 8] {
+    fn counters(&self) -> [(&'static str, u64); 9] {
         [
             ("JobsSucceeded", self.succeeded),
             ("JobsDuplicate", self.duplicate),
@@ -192,6 +203,7 @@ impl BatchMetrics {
             ("JobsConflict", self.conflict),
             ("JobsContended", self.contended),
             ("JobsMisconfigured", self.misconfigured),
+            ("JobsExpired", self.expired),
             ("BatchSize", self.batch_size),
         ]
     }
@@ -257,7 +269,7 @@ fn format_ms(d: Duration) -> String {
 mod tests {
     use super::*;
 
-    const COUNTERS: [&str; 8] = [
+    const COUNTERS: [&str; 9] = [
         "JobsSucceeded",
         "JobsDuplicate",
         "JobsRetried",
@@ -265,6 +277,7 @@ mod tests {
         "JobsConflict",
         "JobsContended",
         "JobsMisconfigured",
+        "JobsExpired",
         "BatchSize",
     ];
 
@@ -321,6 +334,7 @@ mod tests {
             conflict: 4,
             contended: 9,
             misconfigured: 5,
+            expired: 6,
             batch_size: 17,
             job_durations: vec![
                 ms(12),
@@ -357,6 +371,7 @@ mod tests {
         assert_eq!(line["JobsConflict"], 4);
         assert_eq!(line["JobsContended"], 9);
         assert_eq!(line["JobsMisconfigured"], 5);
+        assert_eq!(line["JobsExpired"], 6);
         assert_eq!(line["BatchSize"], 17);
         assert_eq!(
             line["JobDuration"],
@@ -364,7 +379,7 @@ mod tests {
             "milliseconds with 3 decimals, in order"
         );
         // Nothing beyond the metrics, the dimension and `_aws`.
-        assert_eq!(line.as_object().unwrap().len(), 8 + 1 + 1 + 1);
+        assert_eq!(line.as_object().unwrap().len(), COUNTERS.len() + 1 + 1 + 1);
     }
 
     #[test]
@@ -461,6 +476,7 @@ mod tests {
         assert_eq!(total.conflict, 8);
         assert_eq!(total.contended, 18);
         assert_eq!(total.misconfigured, 10);
+        assert_eq!(total.expired, 12);
         assert_eq!(total.batch_size, 34);
         assert_eq!(total.job_durations.len(), 10);
         assert_eq!(total.job_durations[5..], sample().job_durations[..]);
@@ -487,6 +503,7 @@ mod tests {
             conflict: 0,
             contended: 0,
             misconfigured: 0,
+            expired: 0,
             batch_size: 542,
             job_durations: durations,
         };
@@ -514,6 +531,17 @@ mod tests {
                 .contains("contended 12, misconfigured 3; p50"),
             "{}",
             misdeployed.summary()
+        );
+        let expired = BatchMetrics {
+            expired: 2,
+            ..misdeployed
+        };
+        assert!(
+            expired
+                .summary()
+                .contains("misconfigured 3, expired 2; p50"),
+            "{}",
+            expired.summary()
         );
     }
 
