@@ -162,3 +162,35 @@ async fn a_dead_letter_carries_its_job_s_first_enqueued_time() {
         "{sent:?}"
     );
 }
+
+/// A marker TTL shorter than the queues keep a job's copies is an error at
+/// start-up, not a warning: a consumer running so would dead-letter, as
+/// expired, jobs SQS still delivers in their first pass. The kit's queues
+/// keep 4 days (source) and 14 days (DLQ); with a replay day that needs
+/// 19 days of markers.
+#[tokio::test]
+async fn a_marker_ttl_shorter_than_the_retentions_refuses_to_start() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut config = idemq::testing::KitConfig::new(TABLE);
+    config.idempotency.marker_ttl = 10 * DAY;
+    let kit = TestKit::with_config(counting(Arc::clone(&runs)), config);
+    let batch = event(&[("m", "job-1", None, "{}")]);
+    let err = kit.run_json(&batch).await.unwrap_err().to_string();
+    for needle in [
+        "refusing to start",
+        "IDEMQ_MARKER_TTL",
+        "marker TTL 10days",
+        "source retention 4days",
+        "DLQ retention 14days",
+        "at least 19days",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    let mut config = idemq::testing::KitConfig::new(TABLE);
+    config.idempotency.marker_ttl = 19 * DAY;
+    let kit = TestKit::with_config(counting(Arc::clone(&runs)), config);
+    kit.run_json(&batch).await.expect("19 days is enough");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
