@@ -249,6 +249,8 @@ struct Core {
     config: BatchConfig,
     /// Sends committed jobs' follow-ups, with `sqs` ([`crate::followup`]).
     follow_ups: FollowUpSender,
+    /// How long markers live: no job first enqueued longer ago is run.
+    marker_ttl: Duration,
 }
 
 impl<H: Handler> Processor<H> {
@@ -268,6 +270,7 @@ impl<H: Handler> Processor<H> {
             core: Core {
                 handler: Box::new(handler),
                 committer,
+                marker_ttl: dead_letters.marker_ttl(),
                 dead_letters,
                 follow_ups: FollowUpSender::new(sqs.clone()),
                 sqs,
@@ -287,6 +290,16 @@ impl<H: Handler> Processor<H> {
         deadline: Instant,
     ) -> BatchReport {
         self.core.process(queue, messages, deadline).await
+    }
+
+    /// This processor, weighing each job's age against `marker_ttl`: a
+    /// job first enqueued that long ago or more is not run
+    /// ([`crate::horizon`]). By default the TTL `dead_letters` keeps its
+    /// records for, which hosts build from the same `IDEMQ_MARKER_TTL` as
+    /// the committer's markers; set it when the two differ.
+    pub fn with_marker_ttl(mut self, marker_ttl: Duration) -> Self {
+        self.core.marker_ttl = marker_ttl;
+        self
     }
 
     /// The batch settings this processor runs with.
@@ -463,7 +476,7 @@ impl Core {
         let remembered = crate::horizon::check_markers_remember(
             msg.first_enqueued(),
             crate::clock::now(),
-            self.dead_letters.marker_ttl(),
+            self.marker_ttl,
         );
         let attempt = match (&resolved, remembered) {
             (Err(e), _) => Attempt::InvalidJobId(e.clone()),

@@ -72,7 +72,8 @@ impl<H: Handler> Host<H> {
             sqs.clone(),
             behaviour.job_id,
             batch,
-        );
+        )
+        .with_marker_ttl(behaviour.marker_ttl);
         Self {
             sqs,
             processor,
