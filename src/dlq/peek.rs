@@ -397,6 +397,11 @@ impl Peek {
             .wait_time_seconds(1)
             .visibility_timeout(i32::try_from(self.hold.as_secs()).unwrap_or(43_200).max(1))
             .message_attribute_names("All")
+            // `SentTimestamp` among them: a letter without
+            // `idemq-first-enqueued` is dated by it (`first_enqueued`), and
+            // SQS returns system attributes only when asked
+            // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html>,
+            // `MessageSystemAttributeNames`).
             .message_system_attribute_names(Sys::All)
             .send()
             .await
