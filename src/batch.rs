@@ -249,6 +249,8 @@ struct Core {
     config: BatchConfig,
     /// Sends committed jobs' follow-ups, with `sqs` ([`crate::followup`]).
     follow_ups: FollowUpSender,
+    /// How long markers live: no job first enqueued longer ago is run.
+    marker_ttl: Duration,
 }
 
 impl<H: Handler> Processor<H> {
@@ -268,6 +270,7 @@ impl<H: Handler> Processor<H> {
             core: Core {
                 handler: Box::new(handler),
                 committer,
+                marker_ttl: dead_letters.marker_ttl(),
                 dead_letters,
                 follow_ups: FollowUpSender::new(sqs.clone()),
                 sqs,
@@ -287,6 +290,16 @@ impl<H: Handler> Processor<H> {
         deadline: Instant,
     ) -> BatchReport {
         self.core.process(queue, messages, deadline).await
+    }
+
+    /// This processor, weighing each job's age against `marker_ttl`: a
+    /// job first enqueued that long ago or more is not run
+    /// ([`crate::horizon`]). By default the TTL `dead_letters` keeps its
+    /// records for, which hosts build from the same `IDEMQ_MARKER_TTL` as
+    /// the committer's markers; set it when the two differ.
+    pub fn with_marker_ttl(mut self, marker_ttl: Duration) -> Self {
+        self.core.marker_ttl = marker_ttl;
+        self
     }
 
     /// The batch settings this processor runs with.
@@ -341,8 +354,10 @@ impl Core {
                 }
                 Verdict::DeadLetter { failure } => {
                     m.dead_lettered += 1;
-                    if failure.kind == crate::classify::FailureKind::Conflict {
-                        m.conflict += 1;
+                    match failure.kind {
+                        crate::classify::FailureKind::Conflict => m.conflict += 1,
+                        crate::classify::FailureKind::Expired => m.expired += 1,
+                        _ => {}
                     }
                 }
                 Verdict::NotAttempted { why } => {
@@ -456,9 +471,18 @@ impl Core {
         let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
         let hash = PayloadHash::of(payload.as_bytes());
         let job_id = resolved.as_ref().ok().map(|j| j.id.clone());
-        let attempt = match &resolved {
-            Err(e) => Attempt::InvalidJobId(e.clone()),
-            Ok(crate::envelope::ResolvedJob { id, .. }) => {
+        // Before anything runs: a job its markers can no longer remember
+        // could be applied twice, and its handler may act outside DynamoDB.
+        // Every redelivery of it is judged alike.
+        let remembered = crate::horizon::check_markers_remember(
+            msg.first_enqueued(),
+            crate::clock::now(),
+            self.marker_ttl,
+        );
+        let attempt = match (&resolved, remembered) {
+            (Err(e), _) => Attempt::InvalidJobId(e.clone()),
+            (Ok(_), Err(expired)) => Attempt::Expired(expired),
+            (Ok(crate::envelope::ResolvedJob { id, .. }), Ok(())) => {
                 let job_ref = JobRef {
                     id,
                     payload_hash: &hash,
@@ -697,6 +721,7 @@ impl Core {
             body: &msg.body,
             attributes: &msg.attributes,
             group_id: msg.group_id.as_deref(),
+            first_enqueued: msg.first_enqueued(),
         };
         // Not sent in time means not sent: the message stays on the queue
         // and is reported failed, never acknowledged. (If SQS took the send

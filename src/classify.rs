@@ -17,6 +17,8 @@ pub(crate) enum Attempt {
     Panicked(String),
     /// The host's deadline came before the job finished.
     TimedOut,
+    /// First enqueued too long ago for its markers to remember it: not run.
+    Expired(crate::horizon::MarkersExpired),
     Commit(Result<CommitOutcome, CommitError>),
 }
 
@@ -74,12 +76,30 @@ pub enum FailureKind {
     /// is lost meanwhile), counted as `JobsMisconfigured` and logged as an
     /// error.
     Deployment,
+    /// The job was first enqueued a marker TTL ago or more
+    /// ([`crate::horizon`]): the marker of an earlier commit may have
+    /// expired, so it is not run but dead-lettered at once, counted as
+    /// `JobsExpired`. Only an operator can decide to apply it anyway.
+    Expired,
 }
 
 impl FailureKind {
+    /// Every kind, in [`as_str`](Self::as_str)'s order.
+    pub const ALL: [Self; 9] = [
+        Self::Transient,
+        Self::Permanent,
+        Self::Conflict,
+        Self::Rejected,
+        Self::Panic,
+        Self::Timeout,
+        Self::Contended,
+        Self::Deployment,
+        Self::Expired,
+    ];
+
     /// The kind's name as stored in failure records: `transient`,
     /// `permanent`, `conflict`, `rejected`, `panic`, `timeout`,
-    /// `contended`, `deployment`.
+    /// `contended`, `deployment`, `expired`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Transient => "transient",
@@ -90,7 +110,13 @@ impl FailureKind {
             Self::Timeout => "timeout",
             Self::Contended => "contended",
             Self::Deployment => "deployment",
+            Self::Expired => "expired",
         }
+    }
+
+    /// The kind stored as `name` ([`as_str`](Self::as_str)), if any.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
 
@@ -160,6 +186,8 @@ pub(crate) fn classify(attempt: Attempt) -> Verdict {
             &Message(format!("handler panicked: {msg}")),
             None,
         ),
+        // Running it could apply it twice: an operator decides.
+        Attempt::Expired(e) => dead(FailureKind::Expired, &e),
         Attempt::TimedOut => retry(
             FailureKind::Timeout,
             &Message("job did not finish before the deadline".into()),
@@ -852,6 +880,27 @@ mod tests {
             let distinct: std::collections::HashSet<_> = draws.iter().collect();
             assert!(distinct.len() > 50, "jittered: {lost}");
         }
+    }
+
+    #[test]
+    fn an_expired_job_is_dead_lettered_as_expired_and_kinds_read_back() {
+        let day = Duration::from_secs(86_400);
+        let first = std::time::UNIX_EPOCH + 1000 * day;
+        let expired =
+            crate::horizon::check_markers_remember(Some(first), first + 30 * day, 21 * day)
+                .unwrap_err();
+        match classify(Attempt::Expired(expired)) {
+            Verdict::DeadLetter { failure } => {
+                assert_eq!(failure.kind, FailureKind::Expired);
+                assert_eq!(failure.kind.as_str(), "expired");
+                assert!(failure.error.contains("IDEMQ_MARKER_TTL"), "{failure:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for kind in FailureKind::ALL {
+            assert_eq!(FailureKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(FailureKind::parse("other"), None);
     }
 
     #[test]

@@ -15,8 +15,11 @@ use crate::job::JobIdResolver;
 /// long, and 21 days covers the default 4 days + 14 days of DLQ + a replay day.
 pub const DEFAULT_MARKER_TTL: Duration = Duration::from_secs(21 * 24 * 3600);
 
-/// How long after a dead letter's retention ends a replay may still happen.
-pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// How long after a dead letter's retention ends a replay may still happen;
+/// also the time `idemq dlq redrive` and `import` leave a copy to be
+/// processed in before its job's markers may expire
+/// ([`ReplayHorizon`](crate::horizon::ReplayHorizon)).
+pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Attribute names of the idemq table. The table has one string partition
 /// key and DynamoDB TTL enabled on `expires_at`.

@@ -27,7 +27,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 
 use crate::classify::Failure;
 use crate::config::TableLayout;
-use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
+use crate::job::{FIRST_ENQUEUED_ATTRIBUTE, IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
 use crate::producer::{
     DEFAULT_MAX_MESSAGE_BYTES, INVALID_MESSAGE_CODES, MAX_ATTRIBUTES, attributes_with_job_id,
     message_size, spare_attribute_slots,
@@ -143,6 +143,13 @@ impl DeadLetters {
             sources: Vec::new(),
             dlq_sizes: Arc::default(),
         }
+    }
+
+    /// The marker TTL these records are kept for: the consumer's
+    /// (`IDEMQ_MARKER_TTL`), which the batch weighs a job's age against
+    /// ([`crate::horizon`]).
+    pub fn marker_ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// Reads look for records in the namespaces of these source queues
@@ -335,16 +342,8 @@ impl DeadLetters {
                 .cloned()
                 .unwrap_or_default()
         };
-        let kind = match s("kind").as_str() {
-            "permanent" => crate::classify::FailureKind::Permanent,
-            "conflict" => crate::classify::FailureKind::Conflict,
-            "rejected" => crate::classify::FailureKind::Rejected,
-            "panic" => crate::classify::FailureKind::Panic,
-            "timeout" => crate::classify::FailureKind::Timeout,
-            "contended" => crate::classify::FailureKind::Contended,
-            "deployment" => crate::classify::FailureKind::Deployment,
-            _ => crate::classify::FailureKind::Transient,
-        };
+        let kind = crate::classify::FailureKind::parse(&s("kind"))
+            .unwrap_or(crate::classify::FailureKind::Transient);
         let chain = item
             .get("error_chain")
             .and_then(|v| v.as_l().ok())
@@ -386,6 +385,12 @@ impl DeadLetters {
     /// What the copy carries, in order of need, so that the send is never
     /// refused for idemq's own additions (a refused send would leave the
     /// message on the source queue and rerun the handler on every receive):
+    /// - `idemq-first-enqueued`, the job's first-enqueued time
+    ///   ([`DeadLetter::first_enqueued`]), in the first slot the producer's
+    ///   attributes and `idemq-job-id` leave: the letter's own
+    ///   `SentTimestamp` is the time of this send, so without it a replay
+    ///   would take the job for a new one ([`crate::horizon`]). A message
+    ///   with nine attributes of its own has no slot for it (logged);
     /// - the context only takes the attribute slots that the producer's
     ///   attributes and `idemq-job-id` leave of SQS's 10,
     ///   filled in the order error, attempts, failed-at, source queue; every
@@ -404,7 +409,7 @@ impl DeadLetters {
         message: &DeadLetter<'_>,
         rec: &FailureRecord,
     ) -> Result<(), DlqError> {
-        let bare = bare_attributes(message.attributes, rec);
+        let bare = bare_attributes(message.attributes, rec, message.first_enqueued);
         let limit = self.max_message_bytes(dlq_url).await;
         let bytes = message_size(message.body, &bare);
         if bytes > limit {
@@ -509,10 +514,12 @@ impl DeadLetters {
 
 /// The attributes of the bare dead letter: the producer's attributes
 /// (every `idemq-*` one dropped: a stale job id or an earlier death's
-/// context) and `idemq-job-id` = the resolved job id.
+/// context), `idemq-job-id` = the resolved job id and, when a slot is
+/// left, `idemq-first-enqueued` = `first_enqueued`.
 fn bare_attributes(
     received: &HashMap<String, MessageAttributeValue>,
     rec: &FailureRecord,
+    first_enqueued: Option<SystemTime>,
 ) -> HashMap<String, MessageAttributeValue> {
     let mut attrs: HashMap<String, MessageAttributeValue> = received
         .iter()
@@ -547,6 +554,24 @@ fn bare_attributes(
             attrs.len() - 1
         );
         return received.clone();
+    }
+    if let Some(at) = first_enqueued {
+        let mut with = attrs.clone();
+        with.insert(
+            FIRST_ENQUEUED_ATTRIBUTE.to_owned(),
+            crate::job::first_enqueued_value(at),
+        );
+        if attributes_with_job_id(with.keys()) <= MAX_ATTRIBUTES {
+            return with;
+        }
+        // Nine attributes of the producer's and idemq-job-id: a replay of
+        // this letter takes its SentTimestamp (this send) for the job's
+        // first enqueue.
+        tracing::warn!(
+            message_id = rec.message_id,
+            "message has {} attributes of its own; dead-lettered without idemq-first-enqueued",
+            attrs.len() - 1
+        );
     }
     attrs
 }
@@ -642,6 +667,10 @@ pub struct DeadLetter<'a> {
     pub attributes: &'a HashMap<String, MessageAttributeValue>,
     /// `MessageGroupId`, for a FIFO DLQ.
     pub group_id: Option<&'a str>,
+    /// When the job's first copy was enqueued
+    /// ([`Message::first_enqueued`](crate::batch::Message::first_enqueued)),
+    /// carried as `idemq-first-enqueued`; `None` if unknown.
+    pub first_enqueued: Option<SystemTime>,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -779,21 +808,24 @@ mod tests {
         received.insert(JOB_ID_ATTRIBUTE.into(), attr("stale"));
         received.insert(ATTR_ERROR.into(), attr("an earlier death"));
         received.insert("idemq-other".into(), attr("x"));
-        let bare = bare_attributes(&received, &record(Some("msg-id-7"), "e"));
+        let bare = bare_attributes(&received, &record(Some("msg-id-7"), "e"), None);
         let mut names: Vec<&str> = bare.keys().map(String::as_str).collect();
         names.sort();
         assert_eq!(names, vec![JOB_ID_ATTRIBUTE, "p0", "p1"]);
         assert_eq!(bare[JOB_ID_ATTRIBUTE].string_value(), Some("msg-id-7"));
 
         // No resolved id: the producer's (invalid) attribute is kept as sent.
-        let bare = bare_attributes(&received, &record(None, "e"));
+        let bare = bare_attributes(&received, &record(None, "e"), None);
         assert_eq!(bare[JOB_ID_ATTRIBUTE].string_value(), Some("stale"));
-        let bare = bare_attributes(&producer_attributes(1), &record(None, "e"));
+        let bare = bare_attributes(&producer_attributes(1), &record(None, "e"), None);
         assert!(!bare.contains_key(JOB_ID_ATTRIBUTE));
 
         // Ten attributes of its own: no room for the stamp; sent as received.
         let ten = producer_attributes(10);
-        assert_eq!(bare_attributes(&ten, &record(Some("j"), "e")), ten);
+        assert_eq!(
+            bare_attributes(&ten, &record(Some("j"), "e"), Some(UNIX_EPOCH)),
+            ten
+        );
     }
 
     proptest! {
@@ -806,6 +838,7 @@ mod tests {
             producer in 0usize..=9,
             stale in proptest::collection::vec(0usize..4, 0..4),
             resolved in any::<bool>(),
+            carried in any::<bool>(),
         ) {
             let mut received = producer_attributes(producer);
             for i in stale {
@@ -814,13 +847,30 @@ mod tests {
             if received.len() < MAX_ATTRIBUTES {
                 received.insert(JOB_ID_ATTRIBUTE.into(), attr("j"));
             }
+            let first = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+            if carried {
+                // A copy of a copy: its own first-enqueued is replaced.
+                received.insert(FIRST_ENQUEUED_ATTRIBUTE.into(), attr("1"));
+            }
             let rec = record(resolved.then_some("j"), "boom");
-            let bare = bare_attributes(&received, &rec);
+            let bare = bare_attributes(&received, &rec, Some(first));
             let mut full = bare.clone();
             full.extend(context_attributes(&rec, spare_attribute_slots(bare.keys())));
             prop_assert!(full.len() <= MAX_ATTRIBUTES);
-            prop_assert_eq!(full.contains_key(ATTR_ERROR), producer + 1 < MAX_ATTRIBUTES);
+            // First-enqueued first, then the error, while slots are left.
+            let stamped = full.get(FIRST_ENQUEUED_ATTRIBUTE).and_then(|v| v.string_value());
+            prop_assert_eq!(stamped.is_some(), producer + 1 < MAX_ATTRIBUTES);
+            if let Some(ms) = stamped {
+                prop_assert_eq!(ms, "1700000000000");
+            }
+            prop_assert_eq!(full.contains_key(ATTR_ERROR), producer + 2 < MAX_ATTRIBUTES);
             let redriven = crate::producer::Job::as_received("j", "{}", full, None, None);
+            prop_assert_eq!(redriven.first_enqueued_fits(), producer + 1 < MAX_ATTRIBUTES);
+            let redriven = if redriven.first_enqueued_fits() {
+                redriven.first_enqueued(first)
+            } else {
+                redriven
+            };
             prop_assert!(
                 crate::producer::attributes_with_job_id(redriven.attributes.keys()) <= MAX_ATTRIBUTES
             );

@@ -73,7 +73,8 @@ impl<H: Handler> Host<H> {
             sqs.clone(),
             behaviour.job_id,
             batch,
-        );
+        )
+        .with_marker_ttl(behaviour.marker_ttl);
         Self {
             sqs,
             processor,
@@ -86,8 +87,11 @@ impl<H: Handler> Host<H> {
         &self.processor
     }
 
-    /// Finds a queue's DLQ and maxReceiveCount, and says so when the marker
-    /// TTL would not outlive the job's copies.
+    /// Finds a queue's DLQ and maxReceiveCount. Refuses to start when the
+    /// marker TTL (`IDEMQ_MARKER_TTL`) would not outlive the job's copies
+    /// (source retention + DLQ retention + a replay day): a consumer
+    /// started so would dead-letter, as `expired`, jobs that SQS still
+    /// delivers in their first pass.
     pub async fn discover(&self, queue_url: &str) -> Result<QueueInfo, HostError> {
         let info = QueueInfo::discover(&self.sqs, queue_url).await?;
         if info.dlq_url.is_none() {
@@ -115,11 +119,8 @@ impl<H: Handler> Host<H> {
         }
         if let Some(dlq) = &info.dlq_url {
             let dlq_retention = crate::queue::retention(&self.sqs, dlq).await?;
-            if let Err(e) =
-                crate::config::check_marker_ttl(self.marker_ttl, info.retention, dlq_retention)
-            {
-                tracing::warn!("{e}");
-            }
+            crate::config::check_marker_ttl(self.marker_ttl, info.retention, dlq_retention)
+                .map_err(|e| format!("queue {}: refusing to start: {e}", info.name))?;
         }
         Ok(info)
     }

@@ -34,6 +34,9 @@
 //! - [`batch`]: the batch contract (FIFO order, deadline budget, partial
 //!   batch response);
 //! - [`classify`]: how each way a job can end becomes what SQS does;
+//! - [`horizon`]: how long after its first enqueue a job can still be
+//!   applied once (its markers' lifetime), which the consumer and the
+//!   tools that copy dead letters both weigh;
 //! - [`commit`]: the dedup transaction and its outcomes;
 //! - [`backoff`]: retry delays (exponential, full jitter) and the check
 //!   that retries fit the queue's retention;
@@ -71,6 +74,7 @@ pub mod effect;
 pub mod envelope;
 pub mod followup;
 pub mod handler;
+pub mod horizon;
 pub mod host;
 pub mod init;
 pub mod job;

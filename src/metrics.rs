@@ -15,6 +15,7 @@
 //! | `JobsContended`    | Count        | races lost: optimistic conditions and `TransactionConflict` cancellations (each one, also those re-run at once) |
 //! | `JobsMisconfigured`| Count        | jobs failed by the deployment (a permission the role lacks, a missing table) |
 //! | `FollowUpsNotResent`| Count       | follow-ups a duplicate found in its marker and did not re-send: the marker was committed longer ago than the follow-up horizon, or has no commit time ([`crate::followup`]) |
+//! | `JobsExpired`      | Count        | jobs not run because they were first enqueued a marker TTL ago or more (dead-lettered, kind `expired`) |
 //! | `JobDuration`      | Milliseconds | one value per job                   |
 //! | `BatchSize`        | Count        | messages in the batch               |
 //!
@@ -73,6 +74,11 @@ pub struct BatchMetrics {
     /// ([`crate::followup`]). Expected after a producer re-sends a job
     /// long after it ran; after an upgrade, check the log's job ids.
     pub follow_ups_not_resent: u64,
+    /// Jobs not run because their first enqueue is a marker TTL ago or
+    /// more (`JobsExpired`; counted in `dead_lettered` too): their markers
+    /// may be gone, so only an operator may apply them
+    /// ([`crate::horizon`]).
+    pub expired: u64,
     /// Messages received in the batch (after `absorb`: in all batches).
     pub batch_size: u64,
     /// One entry per job that ran, in the order they finished.
@@ -137,6 +143,7 @@ impl BatchMetrics {
         self.follow_ups_not_resent = self
             .follow_ups_not_resent
             .saturating_add(other.follow_ups_not_resent);
+        self.expired = self.expired.saturating_add(other.expired);
         self.batch_size = self.batch_size.saturating_add(other.batch_size);
         self.job_durations.extend_from_slice(&other.job_durations);
     }
@@ -146,11 +153,11 @@ impl BatchMetrics {
     /// `jobs` is [`batch_size`](Self::batch_size), the messages received;
     /// percentiles are nearest-rank over [`job_durations`](Self::job_durations).
     /// Lost races ([`contended`](Self::contended)) and jobs failed by the
-    /// deployment ([`misconfigured`](Self::misconfigured)) and stored
+    /// deployment ([`misconfigured`](Self::misconfigured)), stored
     /// follow-ups a duplicate did not re-send
-    /// ([`follow_ups_not_resent`](Self::follow_ups_not_resent)) are shown
-    /// when there were any (`…, conflict 0, contended 12, misconfigured 3;
-    /// …`).
+    /// ([`follow_ups_not_resent`](Self::follow_ups_not_resent)) and jobs
+    /// refused as [`expired`](Self::expired) are shown when there were any
+    /// (`…, conflict 0, contended 12, misconfigured 3; …`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -191,6 +198,9 @@ impl BatchMetrics {
                 self.follow_ups_not_resent
             ));
         }
+        if self.expired > 0 {
+            contended.push_str(&format!(", expired {}", self.expired));
+        }
         format!(
             "jobs {}: succeeded {}, duplicate {}, retried {}, dead-lettered {}, conflict {}{contended}; {latency}",
             self.batch_size,
@@ -202,7 +212,7 @@ impl BatchMetrics {
         )
     }
 
-    fn counters(&self) -> [(&'static str, u64); 9] {
+    fn counters(&self) -> [(&'static str, u64); 10] {
         [
             ("JobsSucceeded", self.succeeded),
             ("JobsDuplicate", self.duplicate),
@@ -212,6 +222,7 @@ impl BatchMetrics {
             ("JobsContended", self.contended),
             ("JobsMisconfigured", self.misconfigured),
             ("FollowUpsNotResent", self.follow_ups_not_resent),
+            ("JobsExpired", self.expired),
             ("BatchSize", self.batch_size),
         ]
     }
@@ -277,7 +288,7 @@ fn format_ms(d: Duration) -> String {
 mod tests {
     use super::*;
 
-    const COUNTERS: [&str; 9] = [
+    const COUNTERS: [&str; 10] = [
         "JobsSucceeded",
         "JobsDuplicate",
         "JobsRetried",
@@ -286,6 +297,7 @@ mod tests {
         "JobsContended",
         "JobsMisconfigured",
         "FollowUpsNotResent",
+        "JobsExpired",
         "BatchSize",
     ];
 
@@ -343,6 +355,7 @@ mod tests {
             contended: 9,
             misconfigured: 5,
             follow_ups_not_resent: 6,
+            expired: 7,
             batch_size: 17,
             job_durations: vec![
                 ms(12),
@@ -380,6 +393,7 @@ mod tests {
         assert_eq!(line["JobsContended"], 9);
         assert_eq!(line["JobsMisconfigured"], 5);
         assert_eq!(line["FollowUpsNotResent"], 6);
+        assert_eq!(line["JobsExpired"], 7);
         assert_eq!(line["BatchSize"], 17);
         assert_eq!(
             line["JobDuration"],
@@ -387,7 +401,7 @@ mod tests {
             "milliseconds with 3 decimals, in order"
         );
         // Nothing beyond the metrics, the dimension and `_aws`.
-        assert_eq!(line.as_object().unwrap().len(), 9 + 1 + 1 + 1);
+        assert_eq!(line.as_object().unwrap().len(), COUNTERS.len() + 1 + 1 + 1);
     }
 
     #[test]
@@ -485,6 +499,7 @@ mod tests {
         assert_eq!(total.contended, 18);
         assert_eq!(total.misconfigured, 10);
         assert_eq!(total.follow_ups_not_resent, 12);
+        assert_eq!(total.expired, 14);
         assert_eq!(total.batch_size, 34);
         assert_eq!(total.job_durations.len(), 10);
         assert_eq!(total.job_durations[5..], sample().job_durations[..]);
@@ -512,6 +527,7 @@ mod tests {
             contended: 0,
             misconfigured: 0,
             follow_ups_not_resent: 0,
+            expired: 0,
             batch_size: 542,
             job_durations: durations,
         };
@@ -549,6 +565,14 @@ mod tests {
                 .contains("misconfigured 3, follow-ups not re-sent 2; p50"),
             "{}",
             aged.summary()
+        );
+        let expired = BatchMetrics { expired: 2, ..aged };
+        assert!(
+            expired
+                .summary()
+                .contains("follow-ups not re-sent 2, expired 2; p50"),
+            "{}",
+            expired.summary()
         );
     }
 

@@ -138,6 +138,18 @@ impl Job {
         self
     }
 
+    /// Whether [`Job::first_enqueued`] fits SQS's [`MAX_ATTRIBUTES`] beside
+    /// the job's other attributes and `idemq-job-id`. A copy of a job with
+    /// nine attributes of its own cannot carry it.
+    pub fn first_enqueued_fits(&self) -> bool {
+        let mut names: Vec<&String> = self.attributes.keys().collect();
+        let first = crate::job::FIRST_ENQUEUED_ATTRIBUTE.to_owned();
+        if !self.attributes.contains_key(&first) {
+            names.push(&first);
+        }
+        attributes_with_job_id(names) <= MAX_ATTRIBUTES
+    }
+
     /// The job in FIFO message group `group`.
     pub fn in_group(mut self, group: impl Into<String>) -> Self {
         self.group_id = Some(group.into());

@@ -191,7 +191,11 @@ async fn refused_context_does_not_loop_and_message_id_jobs_keep_their_id() {
 
     let mut bare: Vec<&String> = dead["big-1"].keys().collect();
     bare.sort();
-    assert_eq!(bare, vec!["idemq-job-id"], "context left out to fit 1 KiB");
+    assert_eq!(
+        bare,
+        vec!["idemq-first-enqueued", "idemq-job-id"],
+        "context left out to fit 1 KiB; the job's first enqueue kept"
+    );
     // The failure record keeps what the attributes could not carry.
     let rec = dead_letters(&sdk, &res.table_name, &res.queue_url)
         .read(Some("big-1"), "")
@@ -338,6 +342,7 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
     let calls: Calls = Arc::default();
     let mut last_failed_at = SystemTime::UNIX_EPOCH;
     let mut last_attribute = String::new();
+    let mut first_enqueued = String::new();
     for death in 1..=2u32 {
         let before = SystemTime::now();
         die_permanently(&res, "schema error", &calls).await;
@@ -356,8 +361,20 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
             .filter(|k| k.starts_with("idemq-") && *k != "idemq-job-id")
             .collect();
         context.sort();
-        assert_eq!(context, vec![ATTR_ATTEMPTS, ATTR_ERROR], "error first");
+        assert_eq!(
+            context,
+            vec![ATTR_ERROR, "idemq-first-enqueued"],
+            "the job's first enqueue first, then the error"
+        );
         assert_eq!(seven.len(), 10);
+        // The same on every death: the first send's, carried through the
+        // redrive, not the redriven copy's SentTimestamp.
+        let first = value(seven, "idemq-first-enqueued").to_owned();
+        if death == 1 {
+            first_enqueued = first;
+        } else {
+            assert_eq!(first, first_enqueued, "death {death}");
+        }
         assert_eq!(value(seven, ATTR_ERROR), "schema error");
 
         for id in ["nine", "seven"] {
@@ -370,19 +387,21 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
         }
         let seven_at = dl.read(Some("seven"), "").await.unwrap().unwrap().failed_at;
         last_failed_at = seven_at;
-        assert_eq!(
-            value(seven, ATTR_ATTEMPTS),
-            death.to_string(),
-            "this death's"
-        );
+        // No slot left for the attempts: the record (above) has this
+        // death's.
+        assert_eq!(value(seven, ATTR_ATTEMPTS), "");
         last_attribute = value(seven, ATTR_ERROR).to_owned();
 
         redrive(&res);
-        // The redriven copies carry the producer's attributes and the job
-        // id, nothing stale.
+        // The redriven copies carry the producer's attributes, the job id
+        // and (where a slot is left) its first enqueue, nothing stale.
         let back = peek(&sqs, &res.queue_url, 2).await;
         assert_eq!(back["nine"].len(), 10);
-        assert_eq!(back["seven"].len(), 8, "{:?}", back["seven"].keys());
+        assert_eq!(back["seven"].len(), 9, "{:?}", back["seven"].keys());
+        assert_eq!(
+            value(&back["seven"], "idemq-first-enqueued"),
+            first_enqueued
+        );
         assert!(!back["seven"].contains_key(ATTR_ERROR));
     }
     assert_eq!(last_attribute, "schema error");

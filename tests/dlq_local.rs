@@ -292,12 +292,33 @@ async fn selective_redrive_and_dry_run_keep_attributes_and_fifo_fields() {
     let back = drain(&sqs, &res.queue_url).await;
     let ids: HashSet<&str> = back.iter().map(|m| m.0.as_str()).collect();
     assert_eq!(ids, HashSet::from(["j1", "j4"]), "exactly the chosen ones");
+    // A FIFO DLQ resets SentTimestamp, so a letter SQS moved there is
+    // dated its SentTimestamp less the source's retention (4 days): never
+    // later than the job's first enqueue
+    // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let four_days_ms = 4 * 86_400_000;
     for (id, body, attrs, group, dedup) in &back {
         let orig = &sent[id];
         assert_eq!(body, &orig.body, "body byte for byte");
+        let mut attrs = attrs.clone();
+        let first: u64 = attrs
+            .remove("idemq-first-enqueued")
+            .and_then(|v| v.string_value().map(str::to_owned))
+            .expect("idemq-first-enqueued")
+            .parse()
+            .unwrap();
+        let dated = now_ms - four_days_ms;
+        assert!(
+            (dated - 600_000..=dated + 60_000).contains(&first),
+            "{first} vs {dated}"
+        );
         let mut want = orig.attributes.clone();
         want.insert("idemq-job-id".into(), attr_s("String", id));
-        assert_eq!(attrs, &want, "every attribute byte for byte");
+        assert_eq!(attrs, want, "every attribute byte for byte");
         assert_eq!(group, &orig.group_id);
         // Back to the queue it came from within SQS's 5-minute dedup
         // interval: a new id, or SQS would drop the copy.

@@ -904,3 +904,57 @@ fn parents_redelivered_after_their_childrens_markers_expired() {
         assert_eq!(o.sent_late, 0, "seed {seed}: {o:?}");
     }
 }
+
+/// A run whose markers live 4 hours (failure records the default 21 days,
+/// the DLQ 14 days): jobs sent in the first 2 hours, hosts killed and
+/// crashing after commits (maxReceiveCount 2) so committed jobs reach the
+/// DLQ by SQS's redrive, poison jobs by idemq's own send, producers sending
+/// jobs twice a second apart, and an operator redriving (idemq's
+/// `Redrive`, horizon = TTL less 1 hour) every 2 hours for 20 hours, long
+/// after the markers expired and DynamoDB's TTL deleted them (within 48 h,
+/// drawn per key).
+fn old_copies(seed: u64) -> Config {
+    use std::time::Duration;
+    let hour = Duration::from_secs(3600);
+    let mut c = Config::of_seed(seed, 24.0);
+    c.jobs = 120;
+    c.later = 0.0;
+    c.max_receive_count = 2;
+    c.duplicates = 0.5;
+    c.poison = 0.1;
+    c.rates.kill = 0.15;
+    c.rates.crash = 0.15;
+    c.redrive_every = Some(2 * hour);
+    c.edges.duplicate_gap = Some(Duration::from_secs(1));
+    c.edges.send_window = Some(2 * hour);
+    c.edges.marker_ttl = Some(4 * hour);
+    c.edges.replay_margin = Some(hour);
+    c
+}
+
+/// Redrives of old copies (docs/reliability.md, "Replays after the
+/// markers expire"): every copy SQS or idemq makes of a job restarts its
+/// retention, so a job can outlive its marker in the DLQ. Copies carry
+/// the job's first-enqueued time; the redrive leaves letters past the
+/// horizon where they are, and the consumer refuses any copy a marker TTL
+/// old. The checker finds no job applied twice, and every letter a
+/// redrive left stays in the DLQ.
+#[test]
+fn redrives_of_old_copies_apply_once() {
+    let started = WallInstant::now();
+    let mut refused = 0;
+    for seed in env_u64("SIM_OLD_COPIES_FIRST", 1501)..env_u64("SIM_OLD_COPIES_END", 1505) {
+        let o = must_pass(&old_copies(seed));
+        assert!(
+            o.refused_gone.is_empty(),
+            "seed {seed}: letters left past the horizon are gone from the DLQ: {:?}",
+            o.refused_gone
+        );
+        refused += o.refused;
+    }
+    assert!(refused > 0, "no redrive met a letter past the horizon");
+    eprintln!(
+        "redrives of old copies: {refused} letters left past the horizon, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -136,10 +136,12 @@ async fn a_dead_letter_refused_as_invalid_is_sent_again_bare() {
     let size = max_size(1024 * 1024);
     let dl = dead_letters(sqs(&[&size, &refuse, &accept]));
     let attrs = Attributes::from([("tenant".to_string(), attr("acme"))]);
+    let first = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
     let letter = DeadLetter {
         body: "{}",
         attributes: &attrs,
         group_id: None,
+        first_enqueued: Some(first),
     };
     dl.send("https://dlq", &letter, &record())
         .await
@@ -152,13 +154,23 @@ async fn a_dead_letter_refused_as_invalid_is_sent_again_bare() {
             ATTR_ATTEMPTS,
             ATTR_ERROR,
             ATTR_FAILED_AT,
+            "idemq-first-enqueued",
             "idemq-job-id",
             ATTR_SOURCE_QUEUE,
             "tenant"
         ]
     );
-    assert_eq!(names(&seen[1]), vec!["idemq-job-id", "tenant"]);
+    // The bare copy still says how old its job is: a replay of it must
+    // not take the DLQ send for the job's first enqueue.
+    assert_eq!(
+        names(&seen[1]),
+        vec!["idemq-first-enqueued", "idemq-job-id", "tenant"]
+    );
     assert_eq!(seen[1]["idemq-job-id"].string_value(), Some("order-7"));
+    assert_eq!(
+        seen[1]["idemq-first-enqueued"].string_value(),
+        Some("1700000000123")
+    );
     assert_eq!(refuse.num_calls(), 1);
 }
 
@@ -175,6 +187,7 @@ async fn a_bare_dead_letter_refused_is_an_error() {
         body: "{}",
         attributes: &attrs,
         group_id: None,
+        first_enqueued: None,
     };
     let err = dl
         .send("https://dlq", &letter, &record())
@@ -199,6 +212,7 @@ async fn context_is_left_out_when_the_letter_would_not_fit_the_dlq() {
         body: &body,
         attributes: &attrs,
         group_id: None,
+        first_enqueued: None,
     };
     dl.send("https://dlq", &letter, &record()).await.unwrap();
     // A small body on the same DLQ still gets its context.
@@ -206,6 +220,7 @@ async fn context_is_left_out_when_the_letter_would_not_fit_the_dlq() {
         body: "{}",
         attributes: &attrs,
         group_id: None,
+        first_enqueued: None,
     };
     dl.send("https://dlq", &small, &record()).await.unwrap();
     {
@@ -221,6 +236,7 @@ async fn context_is_left_out_when_the_letter_would_not_fit_the_dlq() {
         body: &huge,
         attributes: &attrs,
         group_id: None,
+        first_enqueued: None,
     };
     let err = dl
         .send("https://dlq", &letter, &record())

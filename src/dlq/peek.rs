@@ -94,6 +94,40 @@ impl DeadMessage {
         Some(UNIX_EPOCH + Duration::from_millis(ms))
     }
 
+    /// The `idemq-first-enqueued` attribute: when the job's first copy was
+    /// enqueued, carried by every copy idemq makes (its own dead letters, a
+    /// redrive, an import). `None` if absent or not epoch milliseconds.
+    pub fn first_enqueued_attribute(&self) -> Option<SystemTime> {
+        self.attr(crate::job::FIRST_ENQUEUED_ATTRIBUTE)
+            .and_then(crate::batch::epoch_ms)
+    }
+
+    /// When the letter's job was first enqueued, at the latest: its
+    /// `idemq-first-enqueued`, else its `SentTimestamp`, less
+    /// `unstamped_shift` unless SQS's redrive moved it into a *standard*
+    /// DLQ (`fifo_dlq` false and `DeadLetterQueueSourceArn` set). Only
+    /// there does `SentTimestamp` keep the job's first enqueue: "For
+    /// standard queues, [...] When a message is moved to a dead-letter
+    /// queue, the enqueue timestamp is unchanged", while "For FIFO queues,
+    /// the enqueue timestamp resets when the message is moved to a
+    /// dead-letter queue"
+    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html>);
+    /// and a letter that idemq sent without the attribute (before it
+    /// carried one, or with no slot left for it) was sent when it died. In
+    /// both cases the job sat at most its source queue's retention on that
+    /// queue first: `unstamped_shift` is that retention, so the age is
+    /// never understated.
+    pub fn first_enqueued(&self, fifo_dlq: bool, unstamped_shift: Duration) -> Option<SystemTime> {
+        if let Some(at) = self.first_enqueued_attribute() {
+            return Some(at);
+        }
+        let sent = self.sent_at()?;
+        if !fifo_dlq && self.source_arn().is_some() {
+            return Some(sent);
+        }
+        Some(sent.checked_sub(unstamped_shift).unwrap_or(UNIX_EPOCH))
+    }
+
     /// Its `ApproximateFirstReceiveTimestamp`: when some reader first
     /// received it, by SQS's clock; so no later than SQS's "now" at any
     /// receive that returned it.
@@ -363,6 +397,11 @@ impl Peek {
             .wait_time_seconds(1)
             .visibility_timeout(i32::try_from(self.hold.as_secs()).unwrap_or(43_200).max(1))
             .message_attribute_names("All")
+            // `SentTimestamp` among them: a letter without
+            // `idemq-first-enqueued` is dated by it (`first_enqueued`), and
+            // SQS returns system attributes only when asked
+            // (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html>,
+            // `MessageSystemAttributeNames`).
             .message_system_attribute_names(Sys::All)
             .send()
             .await
@@ -494,6 +533,33 @@ impl Peek {
 mod tests {
     use super::*;
     use crate::classify::{Failure, FailureKind};
+
+    /// The attribute wins; `SentTimestamp` stands for the first enqueue
+    /// only where SQS's redrive kept it (into a standard DLQ); elsewhere
+    /// the source's retention is taken off, so the age is never understated.
+    #[test]
+    fn a_letter_s_first_enqueue_never_reads_later_than_it_was() {
+        let sent = UNIX_EPOCH + Duration::from_millis(1_700_000_000_000);
+        let shift = Duration::from_secs(4 * 86_400);
+        let moved = msg(&[]);
+        assert_eq!(moved.first_enqueued(false, shift), Some(sent));
+        assert_eq!(moved.first_enqueued(true, shift), Some(sent - shift));
+        let mut sent_by_idemq = msg(&[]);
+        sent_by_idemq.system.remove(&Sys::DeadLetterQueueSourceArn);
+        assert_eq!(
+            sent_by_idemq.first_enqueued(false, shift),
+            Some(sent - shift)
+        );
+        let stamped = msg(&[(crate::job::FIRST_ENQUEUED_ATTRIBUTE, "1600000000000")]);
+        let first = UNIX_EPOCH + Duration::from_millis(1_600_000_000_000);
+        assert_eq!(stamped.first_enqueued_attribute(), Some(first));
+        assert_eq!(stamped.first_enqueued(true, shift), Some(first));
+        let garbled = msg(&[(crate::job::FIRST_ENQUEUED_ATTRIBUTE, "soon")]);
+        assert_eq!(garbled.first_enqueued(false, shift), Some(sent));
+        let mut silent = msg(&[]);
+        silent.system.clear();
+        assert_eq!(silent.first_enqueued(false, shift), None);
+    }
 
     fn msg(attrs: &[(&str, &str)]) -> DeadMessage {
         DeadMessage {

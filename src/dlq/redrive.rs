@@ -10,10 +10,21 @@
 //!
 //! Messages are sent as they were: body, every producer attribute, FIFO
 //! group and deduplication id; their `idemq-*` attributes are replaced by
-//! one `idemq-job-id`, the id the consumer resolved for them, so a job known
+//! `idemq-job-id`, the id the consumer resolved for them, so a job known
 //! only by its MessageId (which SQS changes on the way back) stays the same
-//! job. Requests: one receive, one `SendMessageBatch` and one
-//! `DeleteMessageBatch` per 10 messages.
+//! job, and `idemq-first-enqueued`, the job's first-enqueued time, so the
+//! copy's new `SentTimestamp` does not make an old job look new. Requests:
+//! one receive, one `SendMessageBatch` and one `DeleteMessageBatch` per 10
+//! messages.
+//!
+//! **Never past the markers' lifetime.** A letter whose job was first
+//! enqueued longer ago than the [`ReplayHorizon`] (the marker TTL less a
+//! day to process the copy) stays in the DLQ, reported with the reason
+//! ([`RedriveReport::past_horizon`]): its marker may be gone before the copy
+//! is processed, and the job would be applied twice. An operator who wants
+//! it applied anyway sets [`RedriveOptions::allow_expired_markers`]; the
+//! copy is then stamped as first enqueued now, a new job to the consumer,
+//! and listed in [`RedriveReport::forced`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -26,6 +37,7 @@ use serde::Serialize;
 use super::copies::{Further, Moving, judge_further, payload_hash};
 use super::peek::{Context, DeadMessage, Peek, Sweep};
 use crate::dead_letter::{DeadLetters, DlqError};
+use crate::horizon::ReplayHorizon;
 use crate::job::JobIdResolver;
 use crate::producer::{Job, Producer};
 use crate::queue::{QueueInfo, url_of_arn};
@@ -158,6 +170,12 @@ pub struct RedriveOptions {
     /// for up to this long until they come back; `None`: one pass, and
     /// the held ones are reported in [`RedriveReport::held_elsewhere`].
     pub wait: Option<Duration>,
+    /// How old a letter's job may be for a copy to be sent: the consumer's
+    /// marker TTL (`IDEMQ_MARKER_TTL`) less a day.
+    pub horizon: ReplayHorizon,
+    /// Send letters past the horizon too (`--allow-expired-markers`),
+    /// stamped as first enqueued now: their jobs may be applied twice.
+    pub allow_expired_markers: bool,
 }
 
 impl Default for RedriveOptions {
@@ -171,6 +189,8 @@ impl Default for RedriveOptions {
             concurrency: 4,
             resolver: JobIdResolver::new(),
             wait: None,
+            horizon: ReplayHorizon::default(),
+            allow_expired_markers: false,
         }
     }
 }
@@ -216,6 +236,26 @@ pub struct RedriveReport {
     /// concurrent `idemq dlq` command), when the redrive ended: it could
     /// not read them.
     pub held_elsewhere: Option<HeldElsewhere>,
+    /// Letters that matched but whose job was first enqueued past the
+    /// [`ReplayHorizon`]: left in the DLQ, each with why. Not counted as
+    /// skipped.
+    pub past_horizon: Vec<Refused>,
+    /// Of the moved: letters past the horizon sent anyway
+    /// ([`RedriveOptions::allow_expired_markers`]), stamped as first
+    /// enqueued now. Their jobs may be applied twice.
+    pub forced: Vec<Refused>,
+}
+
+/// A letter judged past the [`ReplayHorizon`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    /// Its DLQ MessageId.
+    pub message_id: String,
+    /// The job id the consumer resolves for it, if any.
+    pub job_id: Option<String>,
+    /// Its first-enqueued time, age, the horizon, and the flag that
+    /// overrides.
+    pub why: String,
 }
 
 /// Dead letters another reader holds invisible.
@@ -270,6 +310,10 @@ pub struct Redrive<'a> {
     /// The DLQ's sources (`ListDeadLetterSourceQueues`): the only queues a
     /// letter goes back to without `--to`.
     sources: Vec<String>,
+    /// The longest retention of those sources: how long before its
+    /// `SentTimestamp` a letter without `idemq-first-enqueued` may have
+    /// been enqueued ([`DeadMessage::first_enqueued`]).
+    source_retention: Duration,
 }
 
 impl<'a> Redrive<'a> {
@@ -280,6 +324,7 @@ impl<'a> Redrive<'a> {
         options: RedriveOptions,
     ) -> Result<Self, DlqError> {
         let sources = dead_letter_sources(peek.sqs(), peek.dlq_url()).await?;
+        let source_retention = longest_retention(peek.sqs(), &sources).await?;
         Ok(Self {
             peek,
             records,
@@ -287,7 +332,29 @@ impl<'a> Redrive<'a> {
             producers: tokio::sync::Mutex::default(),
             destinations: tokio::sync::Mutex::default(),
             sources,
+            source_retention,
         })
+    }
+
+    /// When `msg`'s job was first enqueued, at the latest (see
+    /// [`DeadMessage::first_enqueued`]).
+    fn first_enqueued(&self, msg: &DeadMessage) -> Option<SystemTime> {
+        msg.first_enqueued(self.peek.is_fifo(), self.source_retention)
+    }
+
+    /// Whether a copy of `msg` may be sent at `now` ([`judge_age`]).
+    fn judge_age(&self, msg: &DeadMessage, now: SystemTime) -> Result<(), String> {
+        judge_age(self.first_enqueued(msg), &self.options.horizon, now)
+    }
+
+    /// The first-enqueued time a copy of `msg` carries: the letter's job's,
+    /// or now for a letter sent past the horizon (forced): as far as the
+    /// consumer can tell, a new job.
+    fn copy_first_enqueued(&self, msg: &DeadMessage, now: SystemTime) -> SystemTime {
+        match self.first_enqueued(msg) {
+            Some(first) if self.options.horizon.check(first, now).is_ok() => first,
+            _ => now,
+        }
     }
 
     /// Moves the matching dead letters, each sent to its destination before
@@ -555,6 +622,32 @@ impl<'a> Redrive<'a> {
                         .push((job.clone(), msg.message_id.clone()));
                     run.held.insert(msg.message_id.clone(), msg);
                 } else if within_budget && !again && self.options.filter.matches(&context) {
+                    // Past the horizon, its marker may expire before the
+                    // copy is processed: only the operator may decide.
+                    match self.judge_age(&msg, crate::clock::now()) {
+                        Ok(()) => {}
+                        Err(why) if !self.options.allow_expired_markers => {
+                            run.report.past_horizon.push(Refused {
+                                message_id: msg.message_id.clone(),
+                                job_id: key.0.clone(),
+                                why,
+                            });
+                            run.held.insert(msg.message_id.clone(), msg);
+                            continue;
+                        }
+                        Err(why) => {
+                            tracing::warn!(
+                                message_id = msg.message_id.as_str(),
+                                "sent past the replay horizon ({}), as a new job that may apply twice: {why}",
+                                crate::horizon::ALLOW_EXPIRED_FLAG
+                            );
+                            run.report.forced.push(Refused {
+                                message_id: msg.message_id.clone(),
+                                job_id: key.0.clone(),
+                                why,
+                            });
+                        }
+                    }
                     if let Some(b) = run.budget.as_mut() {
                         *b -= 1;
                     }
@@ -656,16 +749,28 @@ impl<'a> Redrive<'a> {
                 }
             };
             let back_to_source = self.options.to.is_none();
+            let now = crate::clock::now();
             let jobs = items
                 .iter()
                 .map(|(m, _, job_id)| {
-                    Job::as_received(
+                    let job = Job::as_received(
                         job_id.clone(),
                         m.body.clone(),
                         m.attributes.clone(),
                         m.group_id().map(str::to_owned),
-                        redrive_deduplication_id(m, back_to_source, crate::clock::now()),
-                    )
+                        redrive_deduplication_id(m, back_to_source, now),
+                    );
+                    if job.first_enqueued_fits() {
+                        job.first_enqueued(self.copy_first_enqueued(m, now))
+                    } else {
+                        // Nine attributes of the producer's: the copy's own
+                        // SentTimestamp will stand for its first enqueue.
+                        tracing::warn!(
+                            message_id = m.message_id.as_str(),
+                            "no attribute slot left for idemq-first-enqueued; sent without it"
+                        );
+                        job
+                    }
                 })
                 .collect();
             {
@@ -810,6 +915,78 @@ pub(crate) fn redrive_deduplication_id(
         return Some(format!("redrive-{}", &hex::encode(digest)[..48]));
     }
     Some(original.to_owned())
+}
+
+/// Whether a copy of a letter whose job was first enqueued at `first` may
+/// be sent at `now`: `Err` with why not, for a letter past `horizon` or of
+/// unknown age.
+fn judge_age(
+    first: Option<SystemTime>,
+    horizon: &ReplayHorizon,
+    now: SystemTime,
+) -> Result<(), String> {
+    match first {
+        Some(first) => horizon.check(first, now).map_err(|e| e.to_string()),
+        None => Err(format!(
+            "its first-enqueued time is unknown (no idemq-first-enqueued, no SentTimestamp); \
+             left in the DLQ (pass {} to send it anyway, as a new job that may apply twice)",
+            crate::horizon::ALLOW_EXPIRED_FLAG
+        )),
+    }
+}
+
+/// The letters among `letters`, read from `peek`'s DLQ, that are past
+/// `horizon` at `now` (or of unknown age). SQS's move task
+/// (`StartMessageMoveTask`) moves every letter and stamps none, so it must
+/// not start while there is one: its copy would reach the consumer with a
+/// new `SentTimestamp` and, lacking `idemq-first-enqueued`, look new.
+pub async fn past_horizon(
+    peek: &Peek,
+    letters: &[DeadMessage],
+    horizon: &ReplayHorizon,
+    resolver: &JobIdResolver,
+    now: SystemTime,
+) -> Result<Vec<Refused>, DlqError> {
+    let firsts = first_enqueued_times(peek, letters).await?;
+    Ok(letters
+        .iter()
+        .zip(firsts)
+        .filter_map(|(m, first)| {
+            let why = judge_age(first, horizon, now).err()?;
+            Some(Refused {
+                message_id: m.message_id.clone(),
+                job_id: m.resolve(resolver).ok().map(|(id, _)| id),
+                why,
+            })
+        })
+        .collect())
+}
+
+/// When the job of each of `letters`, read from `peek`'s DLQ, was first
+/// enqueued, at the latest ([`DeadMessage::first_enqueued`], with the
+/// longest retention of the DLQ's source queues); `None`: unknown.
+pub async fn first_enqueued_times(
+    peek: &Peek,
+    letters: &[DeadMessage],
+) -> Result<Vec<Option<SystemTime>>, DlqError> {
+    let sources = dead_letter_sources(peek.sqs(), peek.dlq_url()).await?;
+    let shift = longest_retention(peek.sqs(), &sources).await?;
+    Ok(letters
+        .iter()
+        .map(|m| m.first_enqueued(peek.is_fifo(), shift))
+        .collect())
+}
+
+/// The longest `MessageRetentionPeriod` of `queues` (zero for none).
+async fn longest_retention(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[String],
+) -> Result<Duration, DlqError> {
+    let mut longest = Duration::ZERO;
+    for q in queues {
+        longest = longest.max(crate::queue::retention(sqs, q).await?);
+    }
+    Ok(longest)
 }
 
 /// The queues whose `RedrivePolicy` names this DLQ.

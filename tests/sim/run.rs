@@ -133,6 +133,14 @@ pub struct Edges {
     /// Local worker processes (tests/sim/worker.rs) instead of Lambda's
     /// event source mapping; 0: Lambda.
     pub workers: u64,
+    /// The markers' TTL (default 21 days): the consumer refuses jobs first
+    /// enqueued that long ago. Failure records keep the default, so a
+    /// letter left in the DLQ keeps its context.
+    pub marker_ttl: Option<Duration>,
+    /// What the operator's redrive leaves the copy to be processed in
+    /// before its markers may expire (default one day): the replay
+    /// horizon is the marker TTL less this.
+    pub replay_margin: Option<Duration>,
 }
 
 impl Config {
@@ -245,6 +253,11 @@ pub struct Outcome {
     pub reruns: u64,
     /// Eventually consistent reads that returned an older item.
     pub stale_reads: u64,
+    /// Letters the operator's redrives left in the DLQ as past the replay
+    /// horizon (distinct DLQ message ids).
+    pub refused: usize,
+    /// Of those, the ones no longer in the DLQ at the end.
+    pub refused_gone: Vec<String>,
 }
 
 /// A FIFO DLQ read back by idemq (edge 6).
@@ -262,6 +275,13 @@ pub struct FifoAudit {
     /// job it moves), skipped, unseen.
     pub redrive: (usize, usize, u64),
 }
+
+/// What the operator's redrives did: (redrives run, redrives stopped while
+/// still moving letters, letters redrives could not move, letters move
+/// tasks moved).
+type OperatorCounts = (u64, u64, u64, u64);
+/// DLQ message ids of letters redrives left as past the replay horizon.
+type Refused = std::collections::BTreeSet<String>;
 
 /// Handler runs per delivery (message id, receive count), to count the
 /// re-runs after lost races.
@@ -369,11 +389,19 @@ async fn simulate(config: Config) -> Outcome {
     } else {
         JobIdResolver::new()
     };
-    let ttl = idemq::config::DEFAULT_MARKER_TTL;
+    let ttl = config
+        .edges
+        .marker_ttl
+        .unwrap_or(idemq::config::DEFAULT_MARKER_TTL);
     // As `idemq dlq` opens it: records are looked for in the namespaces of
     // the DLQ's source queues.
-    let dead_letters = DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), ttl)
-        .with_source_queues(&[config.source()]);
+    let dead_letters = DeadLetters::new(
+        ddb.clone(),
+        sqs_client.clone(),
+        layout.clone(),
+        idemq::config::DEFAULT_MARKER_TTL,
+    )
+    .with_source_queues(&[config.source()]);
     let handler_world = Arc::clone(&world);
     let runs: Arc<Mutex<Runs>> = Arc::default();
     let handler_runs = Arc::clone(&runs);
@@ -416,11 +444,13 @@ async fn simulate(config: Config) -> Outcome {
         sqs_client.clone(),
         resolver.clone(),
         BatchConfig::default(),
-    );
+    )
+    .with_marker_ttl(ttl);
 
     let schedule = schedule(&config, &mut rng);
     let invocations = Mutex::new(0u64);
-    let operator_counts = Mutex::new((0u64, 0u64, 0u64, 0u64));
+    let operator_counts: Mutex<OperatorCounts> = Mutex::new((0, 0, 0, 0));
+    let refused: Mutex<Refused> = Mutex::default();
     let worker_lives = Mutex::new(0u64);
     let source_url = sqs::url(config.source());
     let envs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>> = match &host {
@@ -456,7 +486,7 @@ async fn simulate(config: Config) -> Outcome {
         (&dead_letters, &resolver),
         &config,
         end,
-        &operator_counts,
+        (&operator_counts, &refused),
         &mut rng,
     );
     let deploy = async {
@@ -544,6 +574,17 @@ async fn simulate(config: Config) -> Outcome {
     let history: Vec<String> = w.history.events.iter().map(|e| format!("{e:?}")).collect();
     let digest_input = history.join("\n");
     let dlq_left = w.sqs.queues[config.dlq()].messages.len();
+    let refused = refused.into_inner().expect("refused");
+    let still: std::collections::BTreeSet<&String> = w.sqs.queues[config.dlq()]
+        .messages
+        .values()
+        .map(|m| &m.id)
+        .collect();
+    let refused_gone = refused
+        .iter()
+        .filter(|id| !still.contains(id))
+        .cloned()
+        .collect();
     Outcome {
         config,
         verdicts,
@@ -566,6 +607,8 @@ async fn simulate(config: Config) -> Outcome {
         fifo_audit,
         reruns: runs.lock().expect("runs").reruns,
         stale_reads: w.ddb.stale_reads,
+        refused: refused.len(),
+        refused_gone,
     }
 }
 
@@ -991,8 +1034,9 @@ async fn operate(
     config: &Config,
     end: Instant,
     // (redrives run, redrives stopped while still moving letters, letters
-    // redrives could not move, letters move tasks moved)
-    counts: &Mutex<(u64, u64, u64, u64)>,
+    // redrives could not move, letters move tasks moved), and the letters
+    // redrives left as past the replay horizon
+    (counts, refused): (&Mutex<OperatorCounts>, &Mutex<Refused>),
     rng: &mut StdRng,
 ) {
     let Some(every) = config.redrive_every else {
@@ -1029,8 +1073,17 @@ async fn operate(
             } else {
                 None
             };
+            let ttl = config
+                .edges
+                .marker_ttl
+                .unwrap_or(idemq::config::DEFAULT_MARKER_TTL);
+            let margin = config
+                .edges
+                .replay_margin
+                .unwrap_or(idemq::config::REPLAY_WINDOW);
             let options = RedriveOptions {
                 max,
+                horizon: idemq::horizon::ReplayHorizon::new(ttl).with_margin(margin),
                 ..RedriveOptions::default()
             };
             let redrive = Redrive::new(&peek, Some(dead_letters), options).await?;
@@ -1047,11 +1100,16 @@ async fn operate(
             None => "operator: redrive killed".to_owned(),
             Some(Ok(r)) => {
                 counts.lock().expect("counts").2 += r.failed.len() as u64;
+                refused
+                    .lock()
+                    .expect("refused")
+                    .extend(r.past_horizon.iter().map(|p| p.message_id.clone()));
                 format!(
-                    "operator: redrive moved {}, failed {}, sent-not-deleted {}",
+                    "operator: redrive moved {}, failed {}, sent-not-deleted {}, past the horizon {}",
                     r.moved.len(),
                     r.failed.len(),
-                    r.sent_not_deleted.len()
+                    r.sent_not_deleted.len(),
+                    r.past_horizon.len()
                 )
             }
             Some(Err(e)) => format!("operator: redrive failed: {e}"),

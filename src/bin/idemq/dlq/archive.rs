@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use idemq::dlq::peek::DeadMessage;
+use idemq::dlq::redrive::first_enqueued_times;
 use idemq::job::JobIdResolver;
 use idemq::producer::{Job, Producer};
 
-use super::jsonl::{self, Archived, Line, Lines, MAX_LINE_BYTES};
+use super::jsonl::{self, AgeRule, Archived, Judged, Line, Lines, MAX_LINE_BYTES};
 use super::{CmdResult, Ctx, unseen_warning};
 use crate::usage_error;
 
@@ -28,9 +29,18 @@ impl Ctx {
             )));
         }
         let (items, unseen) = self.scan().await?;
+        let letters: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
+        let firsts = match first_enqueued_times(&self.peek, &letters).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.release(&items).await;
+                return Err(e.into());
+            }
+        };
         let lines: Vec<String> = match items
             .iter()
-            .map(|(m, c)| serde_json::to_string(&Archived::of(m, c)))
+            .zip(firsts)
+            .map(|((m, c), first)| serde_json::to_string(&Archived::of(m, c, first)))
             .collect::<Result<_, _>>()
         {
             Ok(l) => l,
@@ -194,12 +204,15 @@ fn create_new_private(path: &Path) -> std::io::Result<File> {
 }
 
 /// Sends an export's messages to `to`, reading it line by line (one line
-/// of at most [`MAX_LINE_BYTES`] and 100 jobs in memory at a time).
+/// of at most [`MAX_LINE_BYTES`] and 100 jobs in memory at a time). Each
+/// copy carries its job's first-enqueued time; a message past `age`'s
+/// horizon is not sent (unless forced), and reported with why.
 pub(super) async fn import(
     sqs: &aws_sdk_sqs::Client,
     file: &Path,
     to: &str,
     resolver: &JobIdResolver,
+    age: AgeRule,
 ) -> CmdResult {
     let input = match File::open(file) {
         Ok(f) => f,
@@ -221,6 +234,7 @@ pub(super) async fn import(
     let mut lines = Lines::new(BufReader::new(input), MAX_LINE_BYTES);
     let bar = crate::progress::bar(size, "bytes");
     let mut failures = Vec::new();
+    let mut past_horizon = Vec::new();
     let mut sent = 0;
     let mut chunk: Vec<(usize, Job)> = Vec::new();
     loop {
@@ -240,9 +254,23 @@ pub(super) async fn import(
                 ))),
                 Line::NotUtf8 => Some(Err("not UTF-8: not an exported dead letter".into())),
             };
-            match parsed.map(|p| p.and_then(|a| a.to_job(resolver))) {
+            let now = idemq::clock::now();
+            match parsed.map(|p| p.and_then(|a| a.judge(resolver, &age, now))) {
                 None => {}
-                Some(Ok(job)) => chunk.push((number, job)),
+                Some(Ok(Judged::Send(job, forced))) => {
+                    if let Some(why) = forced {
+                        bar.suspend(|| {
+                            eprintln!(
+                                "warning: line {number}: sent although {why}; stamped as first \
+                                 enqueued now: its job may be applied twice"
+                            )
+                        });
+                    }
+                    chunk.push((number, job));
+                }
+                Some(Ok(Judged::PastHorizon(why))) => {
+                    past_horizon.push(format!("line {number}: {why}"))
+                }
                 Some(Err(e)) => failures.push(format!("line {number}: {e}")),
             }
         }
@@ -265,8 +293,20 @@ pub(super) async fn import(
     for f in &failures {
         eprintln!("failed: {f}");
     }
-    println!("imported {sent}, failed {}", failures.len());
-    Ok(if failures.is_empty() {
+    for p in &past_horizon {
+        eprintln!("past horizon: {p}");
+    }
+    let mut summary = format!("imported {sent}, failed {}", failures.len());
+    if !past_horizon.is_empty() {
+        summary.push_str(&format!(
+            ", not sent {} past the replay horizon (marker TTL {} less {}; --allow-expired-markers sends them)",
+            past_horizon.len(),
+            humantime::format_duration(age.horizon.marker_ttl),
+            humantime::format_duration(age.horizon.margin),
+        ));
+    }
+    println!("{summary}");
+    Ok(if failures.is_empty() && past_horizon.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

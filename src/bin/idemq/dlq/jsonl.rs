@@ -3,6 +3,7 @@
 //! and its context; an import sends each line back exactly as it was.
 
 use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -12,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use idemq::JOB_ID_ATTRIBUTE;
 use idemq::dlq::peek::{Context, DeadMessage};
+use idemq::horizon::{ALLOW_EXPIRED_FLAG, ReplayHorizon};
+use idemq::job::FIRST_ENQUEUED_ATTRIBUTE;
 use idemq::job::JobIdResolver;
 use idemq::producer::Job;
 
@@ -36,6 +39,30 @@ pub struct Archived {
     /// Why it died, for the reader; not sent on import.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<serde_json::Value>,
+    /// When its job was first enqueued (RFC 3339), at the latest: what
+    /// `idemq dlq redrive` weighs against the replay horizon. An import
+    /// stamps it on the copy as `idemq-first-enqueued`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_enqueued: Option<String>,
+}
+
+/// What an import does with a message past the replay horizon.
+#[derive(Debug, Clone, Copy)]
+pub struct AgeRule {
+    /// The consumer's marker TTL less a day.
+    pub horizon: ReplayHorizon,
+    /// `--allow-expired-markers`: send it anyway, stamped as enqueued now.
+    pub allow_expired_markers: bool,
+}
+
+/// An export line judged for import.
+#[derive(Debug)]
+pub enum Judged {
+    /// Send this copy; with why, if it is past the horizon and sent only
+    /// because the operator forced it.
+    Send(Job, Option<String>),
+    /// Past the horizon (or of unknown age): not sent, and why.
+    PastHorizon(String),
 }
 
 /// A message attribute; binary values in base64.
@@ -52,8 +79,9 @@ pub struct Attribute {
 }
 
 impl Archived {
-    /// The export line of `msg`, with `context` for the reader.
-    pub fn of(msg: &DeadMessage, context: &Context) -> Self {
+    /// The export line of `msg`, with `context` for the reader and its
+    /// job's `first_enqueued` time.
+    pub fn of(msg: &DeadMessage, context: &Context, first_enqueued: Option<SystemTime>) -> Self {
         let attributes = msg
             .attributes
             .iter()
@@ -74,7 +102,70 @@ impl Archived {
             deduplication_id: msg.deduplication_id().map(str::to_owned),
             source_arn: msg.source_arn().map(str::to_owned),
             context: serde_json::to_value(context).ok(),
+            first_enqueued: first_enqueued.map(|t| humantime::format_rfc3339_millis(t).to_string()),
         }
+    }
+
+    /// When its job was first enqueued: the line's `first_enqueued`, else
+    /// (an export made before lines carried it) the letter's own
+    /// `idemq-first-enqueued`, else its context's `failed_at`. That last is
+    /// all such a line has of the letter's time: its last failure, or the
+    /// DLQ's `SentTimestamp` where it has no record of one; both come no
+    /// earlier than the job's first enqueue, so the age read from them may
+    /// be short by up to the source queue's retention. `None`: the line
+    /// says nothing of its age.
+    pub fn first_enqueued(&self) -> Option<SystemTime> {
+        let rfc3339 = |t: &str| humantime::parse_rfc3339_weak(t).ok();
+        if let Some(t) = self.first_enqueued.as_deref() {
+            return rfc3339(t);
+        }
+        let attribute = self
+            .attributes
+            .get(FIRST_ENQUEUED_ATTRIBUTE)
+            .and_then(|a| a.string_value.as_deref())
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+        attribute.or_else(|| {
+            self.context
+                .as_ref()?
+                .get("failed_at")?
+                .as_str()
+                .and_then(rfc3339)
+        })
+    }
+
+    /// The copy an import sends under `rule` at `now`: [`Self::to_job`]
+    /// carrying its job's first-enqueued time, or, past the horizon, not
+    /// sent (or, forced, stamped as enqueued now).
+    pub fn judge(
+        &self,
+        resolver: &JobIdResolver,
+        rule: &AgeRule,
+        now: SystemTime,
+    ) -> Result<Judged, String> {
+        let job = self.to_job(resolver)?;
+        let first = self.first_enqueued();
+        let past = match first {
+            Some(t) => rule.horizon.check(t, now).err().map(|e| e.to_string()),
+            None => Some(format!(
+                "its first-enqueued time is unknown (no first_enqueued, no idemq-first-enqueued, \
+                 no context.failed_at); not sent (pass {ALLOW_EXPIRED_FLAG} to send it anyway, as \
+                 a new job that may apply twice)"
+            )),
+        };
+        if let Some(why) = &past
+            && !rule.allow_expired_markers
+        {
+            return Ok(Judged::PastHorizon(why.clone()));
+        }
+        let stamp = match (first, &past) {
+            (Some(t), None) => t,
+            _ => now,
+        };
+        if !job.first_enqueued_fits() {
+            return Ok(Judged::Send(job, past));
+        }
+        Ok(Judged::Send(job.first_enqueued(stamp), past))
     }
 
     /// The job that sends this message again as it was, carrying as
@@ -276,7 +367,7 @@ mod tests {
                 (Sys::MessageDeduplicationId, "d".to_string()),
             ]),
         };
-        let a = Archived::of(&msg, &Context::of(&msg, None, None));
+        let a = Archived::of(&msg, &Context::of(&msg, None, None), None);
         let line = serde_json::to_string(&a).unwrap();
         let parsed = parse(&format!("\n{line}\nnot json\n"));
         assert_eq!(parsed.len(), 2);
@@ -347,6 +438,7 @@ mod stream_tests {
             deduplication_id: None,
             source_arn: None,
             context: None,
+            first_enqueued: None,
         };
         let r = JobIdResolver::new().with_body_pointer("/ref");
         assert_eq!(line(r#"{"ref":"p-1"}"#).to_job(&r).unwrap().id, "p-1");

@@ -15,6 +15,7 @@ use idemq::config::{DEFAULT_MARKER_TTL, IdempotencyConfig};
 use idemq::dead_letter::DeadLetters;
 use idemq::dlq::peek::{Context, DeadMessage, Peek};
 use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions, dead_letter_sources};
+use idemq::horizon::ReplayHorizon;
 use idemq::job::JobIdResolver;
 use idemq::queue::{QueueError, QueueInfo};
 
@@ -122,6 +123,12 @@ enum DlqCommand {
         /// Cancel the running native move task.
         #[arg(long)]
         cancel: bool,
+        /// Also send letters whose job was first enqueued longer ago than
+        /// the marker TTL (IDEMQ_MARKER_TTL, default 21d) less a day: each
+        /// copy is stamped as enqueued now and its job may be applied
+        /// twice. Without it they stay in the DLQ, each reported with why.
+        #[arg(long)]
+        allow_expired_markers: bool,
         /// Receive loops at once (1 to 32).
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=MAX_CONCURRENCY as u64))]
         concurrency: u64,
@@ -146,21 +153,28 @@ enum DlqCommand {
         force: bool,
     },
     /// Send the messages of an export to a queue, as they were, each with
-    /// idemq-job-id = the id the consumer resolved.
+    /// idemq-job-id = the id the consumer resolved and its job's
+    /// first-enqueued time. Messages whose job was first enqueued longer
+    /// ago than the marker TTL (IDEMQ_MARKER_TTL) less a day are not sent.
     Import {
         file: PathBuf,
         #[arg(long)]
         to: String,
+        /// Send those too, stamped as enqueued now (their jobs may be
+        /// applied twice).
+        #[arg(long)]
+        allow_expired_markers: bool,
     },
 }
 
 pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    // The consumer's own job-id resolver: records are stored, and copies
-    // stamped, under the id it resolves.
-    let resolver = match IdempotencyConfig::from_env() {
-        Ok(c) => c.job_id,
+    // The consumer's own settings: its job-id resolver (records are
+    // stored, and copies stamped, under the id it resolves) and its marker
+    // TTL (no copy is sent that its markers may have forgotten).
+    let (resolver, horizon) = match IdempotencyConfig::from_env() {
+        Ok(c) => (c.job_id, ReplayHorizon::new(c.marker_ttl)),
         Err(e) => return usage_error(&e.to_string()),
     };
     let common = match &args.command {
@@ -186,6 +200,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             native,
             force,
             cancel,
+            allow_expired_markers,
             concurrency,
             wait,
             ..
@@ -200,6 +215,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 concurrency,
                 wait,
                 resolver.clone(),
+                (horizon, allow_expired_markers),
             );
             match plan {
                 Ok(p) => Plan::Redrive(p),
@@ -210,7 +226,8 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     };
     let ctx = match common {
         Some(c) => {
-            match Ctx::open(sqs.clone(), ddb, c, resolver.clone(), explicit_destination).await {
+            let settings = (resolver.clone(), horizon);
+            match Ctx::open(sqs.clone(), ddb, c, settings, explicit_destination).await {
                 Ok(ctx) => Some(ctx),
                 Err(OpenError::Usage(msg)) => return usage_error(&msg),
                 Err(OpenError::Aws(msg)) => {
@@ -228,10 +245,14 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 force,
                 to,
                 rate,
+                allow_expired_markers,
             }),
             Some(ctx),
-        ) => ctx.native(cancel, force, to.as_deref(), rate).await,
-        (Plan::Redrive(RedrivePlan::Ours(options)), Some(ctx)) => ctx.redrive(options).await,
+        ) => {
+            ctx.native(cancel, force, to.as_deref(), rate, allow_expired_markers)
+                .await
+        }
+        (Plan::Redrive(RedrivePlan::Ours(options)), Some(ctx)) => ctx.redrive(*options).await,
         (Plan::Other(DlqCommand::Stats { json, .. }), Some(ctx)) => ctx.stats(json).await,
         (Plan::Other(DlqCommand::List { json, .. }), Some(ctx)) => ctx.list(json).await,
         (Plan::Other(DlqCommand::Show { id, payload, .. }), Some(ctx)) => {
@@ -246,8 +267,19 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             }),
             Some(ctx),
         ) => ctx.export(&file, delete, force).await,
-        (Plan::Other(DlqCommand::Import { file, to }), _) => {
-            archive::import(&sqs, &file, &to, &resolver).await
+        (
+            Plan::Other(DlqCommand::Import {
+                file,
+                to,
+                allow_expired_markers,
+            }),
+            _,
+        ) => {
+            let age = jsonl::AgeRule {
+                horizon,
+                allow_expired_markers,
+            };
+            archive::import(&sqs, &file, &to, &resolver, age).await
         }
         (_, _) => unreachable!("every command but import has common arguments"),
     };
@@ -274,8 +306,9 @@ enum RedrivePlan {
         force: bool,
         to: Option<String>,
         rate: Option<i32>,
+        allow_expired_markers: bool,
     },
-    Ours(RedriveOptions),
+    Ours(Box<RedriveOptions>),
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -289,6 +322,7 @@ fn redrive_plan(
     concurrency: u64,
     wait: Option<Duration>,
     resolver: JobIdResolver,
+    (horizon, allow_expired_markers): (ReplayHorizon, bool),
 ) -> Result<RedrivePlan, String> {
     let filter = filter?;
     if native || cancel {
@@ -304,13 +338,14 @@ fn redrive_plan(
             force,
             to,
             rate,
+            allow_expired_markers,
         });
     }
     let rate = rate
         .map(Rate::per_second)
         .transpose()
         .map_err(|e| e.to_string())?;
-    Ok(RedrivePlan::Ours(RedriveOptions {
+    Ok(RedrivePlan::Ours(Box::new(RedriveOptions {
         filter,
         max,
         rate,
@@ -319,7 +354,9 @@ fn redrive_plan(
         concurrency: usize::try_from(concurrency).unwrap_or(MAX_CONCURRENCY),
         resolver,
         wait,
-    }))
+        horizon,
+        allow_expired_markers,
+    })))
 }
 
 /// Why a command could not start: the operator's input (exit 2) or AWS
@@ -345,6 +382,8 @@ struct Ctx {
     records: Option<DeadLetters>,
     dlq: QueueInfo,
     resolver: JobIdResolver,
+    /// The consumer's marker TTL less a day: no copy of an older job.
+    horizon: ReplayHorizon,
 }
 
 impl Ctx {
@@ -353,7 +392,7 @@ impl Ctx {
         sqs: aws_sdk_sqs::Client,
         ddb: aws_sdk_dynamodb::Client,
         c: Common,
-        resolver: JobIdResolver,
+        (resolver, horizon): (JobIdResolver, ReplayHorizon),
         explicit_destination: bool,
     ) -> Result<Self, OpenError> {
         if !(c.dlq_url.starts_with("https://") || c.dlq_url.starts_with("http://")) {
@@ -394,6 +433,7 @@ impl Ctx {
             records,
             dlq,
             resolver,
+            horizon,
         })
     }
 
@@ -622,5 +662,7 @@ mod tests {
         assert!(redrive(&["--wait", "13h"]).is_err(), "past SQS's 12 hours");
         assert!(redrive(&["--wait", "soon"]).is_err());
         assert!(redrive(&["--native", "--force"]).is_ok());
+        assert!(redrive(&["--allow-expired-markers"]).is_ok());
+        assert!(redrive(&["--native", "--allow-expired-markers"]).is_ok());
     }
 }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idemq::dlq::redrive::{
-    HeldElsewhere, Redrive, RedriveOptions, cancel_native, native_status, start_native,
+    HeldElsewhere, Redrive, RedriveOptions, cancel_native, native_status, past_horizon,
+    start_native,
 };
 use idemq::job::JobIdSource;
 
@@ -45,6 +46,23 @@ impl Ctx {
         }
         for (id, why) in &report.failed {
             eprintln!("failed: {id}: {why}");
+        }
+        for r in &report.past_horizon {
+            eprintln!(
+                "past horizon: {} (job {}): {}",
+                r.message_id,
+                r.job_id.as_deref().unwrap_or("-"),
+                r.why
+            );
+        }
+        for r in &report.forced {
+            eprintln!(
+                "warning: {} {} (job {}) although {}; stamped as first enqueued now: its job may be applied twice",
+                if dry_run { "would send" } else { "sent" },
+                r.message_id,
+                r.job_id.as_deref().unwrap_or("-"),
+                r.why
+            );
         }
         for id in &report.sent_not_deleted {
             eprintln!(
@@ -88,6 +106,20 @@ impl Ctx {
             report.skipped,
             report.failed.len()
         );
+        if !report.past_horizon.is_empty() {
+            summary.push_str(&format!(
+                ", left {} past the replay horizon (marker TTL {} less {}; --allow-expired-markers sends them)",
+                report.past_horizon.len(),
+                humantime::format_duration(self.horizon.marker_ttl),
+                humantime::format_duration(self.horizon.margin),
+            ));
+        }
+        if !report.forced.is_empty() {
+            summary.push_str(&format!(
+                ", of which {} past the replay horizon",
+                report.forced.len()
+            ));
+        }
         if !report.copies.is_empty() {
             summary.push_str(&format!(
                 ", {} {} of moved jobs",
@@ -105,7 +137,10 @@ impl Ctx {
                 "idemq dlq: rerun once they are back, or pass --wait <duration> to wait for them"
             );
         }
-        let complete = report.unseen == 0 && report.held_elsewhere.is_none();
+        // Letters left past the horizon are work the operator asked for and
+        // did not get: a failure, not a quiet skip.
+        let complete =
+            report.unseen == 0 && report.held_elsewhere.is_none() && report.past_horizon.is_empty();
         Ok(if report.failed.is_empty() && complete {
             ExitCode::SUCCESS
         } else {
@@ -120,12 +155,17 @@ impl Ctx {
     /// a new messageID"). A job known only by its MessageId would be applied
     /// again, so the task starts only when every letter carries a stable id
     /// (attribute or body pointer), or with `--force`.
+    ///
+    /// Nor can it leave a letter behind or stamp `idemq-first-enqueued`:
+    /// it starts only when no letter is past the replay horizon (the
+    /// marker TTL less a day), or with `--allow-expired-markers`.
     pub(super) async fn native(
         &self,
         cancel: bool,
         force: bool,
         to: Option<&str>,
         rate: Option<i32>,
+        allow_expired_markers: bool,
     ) -> CmdResult {
         let sqs = self.peek.sqs();
         let dlq_arn = idemq::queue::arn(sqs, self.peek.dlq_url()).await?;
@@ -136,32 +176,59 @@ impl Ctx {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        if !force {
+        if !(force && allow_expired_markers) {
             let (items, unseen) = self.scan().await?;
             self.release(&items).await;
-            let unstable = items
-                .iter()
-                .filter(|(m, _)| {
-                    matches!(m.resolve(&self.resolver), Ok((_, JobIdSource::MessageId)))
-                })
-                .count();
-            if unstable > 0 {
-                return Ok(crate::usage_error(&format!(
-                    "{unstable} of {} dead letters carry no idemq-job-id{}: SQS's move task gives each \
-                     a new MessageId, so the consumer would apply them again as new jobs. Use the default \
-                     redrive (it stamps idemq-job-id), or pass --force to move them anyway",
-                    items.len(),
-                    if self.resolver.body_pointer.is_some() {
-                        " and no job id at IDEMQ_JOB_ID_POINTER"
-                    } else {
-                        ""
-                    }
-                )));
+            if !allow_expired_markers {
+                let letters: Vec<_> = items.iter().map(|(m, _)| m.clone()).collect();
+                let old = past_horizon(
+                    &self.peek,
+                    &letters,
+                    &self.horizon,
+                    &self.resolver,
+                    idemq::clock::now(),
+                )
+                .await?;
+                for r in &old {
+                    eprintln!("past horizon: {}: {}", r.message_id, r.why);
+                }
+                if !old.is_empty() {
+                    return Ok(crate::usage_error(&format!(
+                        "{} of {} dead letters are past the replay horizon: SQS's move task would \
+                         move them too, as new jobs their markers may no longer remember. Use the \
+                         default redrive (it leaves them in the DLQ and moves the rest), or pass \
+                         --allow-expired-markers to move them anyway",
+                        old.len(),
+                        items.len()
+                    )));
+                }
+            }
+            if !force {
+                let unstable = items
+                    .iter()
+                    .filter(|(m, _)| {
+                        matches!(m.resolve(&self.resolver), Ok((_, JobIdSource::MessageId)))
+                    })
+                    .count();
+                if unstable > 0 {
+                    return Ok(crate::usage_error(&format!(
+                        "{unstable} of {} dead letters carry no idemq-job-id{}: SQS's move task gives each \
+                         a new MessageId, so the consumer would apply them again as new jobs. Use the default \
+                         redrive (it stamps idemq-job-id), or pass --force to move them anyway",
+                        items.len(),
+                        if self.resolver.body_pointer.is_some() {
+                            " and no job id at IDEMQ_JOB_ID_POINTER"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
             }
             if unseen > 0 {
                 eprintln!("idemq dlq: {}", unseen_warning(unseen));
                 eprintln!(
-                    "idemq dlq: not starting the move task: the unread letters may lack idemq-job-id (pass --force to move anyway)"
+                    "idemq dlq: not starting the move task: the unread letters may lack idemq-job-id \
+                     or be past the replay horizon (--force and --allow-expired-markers move anyway)"
                 );
                 return Ok(ExitCode::FAILURE);
             }
