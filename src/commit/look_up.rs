@@ -92,15 +92,13 @@ impl Committer {
                 .await
         };
         let (ours, legacy) = tokio::join!(ours, legacy);
-        let read = |r: Result<Option<Item>, Result<CommitOutcome, CommitError>>| match r {
-            Ok(item) => Ok(item),
-            Err(Ok(outcome)) => Err(Ok(LookedUp::Settled(outcome, None))),
-            Err(Err(e)) => Err(Err(e)),
-        };
-        let (ours, legacy) = match (read(ours), read(legacy)) {
+        // A deployment error wins over a transient one: it names what to fix.
+        let (ours, legacy) = match (ours, legacy) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(Err(e)), _) | (_, Err(Err(e))) => return Err(e),
-            (Err(Ok(settled)), _) | (_, Err(Ok(settled))) => return Ok(settled),
+            (Err(Ok(outcome)), _) | (_, Err(Ok(outcome))) => {
+                return Ok(LookedUp::Settled(outcome, None));
+            }
         };
         if let Some(item) = ours {
             return Ok(self.settle_found(job, item));
