@@ -3,6 +3,9 @@
 //! `idemq::testing`: sent only when the job commits, re-sent from the
 //! marker by a redelivery, and a failed send keeps the job on the queue.
 
+#[path = "common/event.rs"]
+mod event;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,22 +31,11 @@ fn ledger() -> ledger::Ledger {
 
 /// One record on `QUEUE`: `(message id, body, idemq-job-id, receive count)`.
 fn event(records: &[(&str, &str, &str, u32)]) -> String {
-    let records: Vec<serde_json::Value> = records
+    let records: Vec<_> = records
         .iter()
-        .map(|(message_id, body, job_id, receives)| {
-            serde_json::json!({
-                "messageId": message_id,
-                "receiptHandle": format!("rh-{message_id}"),
-                "body": body,
-                "attributes": {"ApproximateReceiveCount": receives.to_string(), "SentTimestamp": "1796212800000"},
-                "messageAttributes": {"idemq-job-id": {"stringValue": job_id, "dataType": "String"}},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{QUEUE}"),
-                "awsRegion": "us-east-1"
-            })
-        })
+        .map(|&(message_id, body, job_id, receives)| (message_id, body, Some(job_id), receives))
         .collect();
-    serde_json::json!({ "Records": records }).to_string()
+    event::sqs_event(QUEUE, &records)
 }
 
 fn balance<H>(kit: &TestKit<H>, account: &str) -> Option<String> {

@@ -7,6 +7,9 @@
 //!   deploy (`Effect::switching_marker_form`): a job committed by one
 //!   version and delivered again to the other is applied once.
 
+#[path = "common/event.rs"]
+mod event;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -30,17 +33,7 @@ fn ledger() -> ledger::Ledger {
 
 /// One record on `QUEUE`, job `job_id`, on its `receives`th receive.
 fn event(message_id: &str, body: &str, job_id: &str, receives: u32) -> String {
-    serde_json::json!({ "Records": [{
-        "messageId": message_id,
-        "receiptHandle": format!("rh-{message_id}"),
-        "body": body,
-        "attributes": {"ApproximateReceiveCount": receives.to_string(), "SentTimestamp": "1796212800000"},
-        "messageAttributes": {"idemq-job-id": {"stringValue": job_id, "dataType": "String"}},
-        "eventSource": "aws:sqs",
-        "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{QUEUE}"),
-        "awsRegion": "us-east-1"
-    }]})
-    .to_string()
+    event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), receives)])
 }
 
 fn n<H>(kit: &TestKit<H>, pk: &str, attribute: &str) -> Option<String> {

@@ -49,17 +49,7 @@ fn applied<H>(kit: &TestKit<H>, queue: &str, job: &str) -> u64 {
 /// One record from `queue`, as SNS fans one publication out: each queue's
 /// copy has its own MessageId, the same body.
 fn event(queue: &str, message_id: &str, body: &str) -> String {
-    serde_json::json!({"Records": [{
-        "messageId": message_id,
-        "receiptHandle": format!("rh-{message_id}"),
-        "body": body,
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796212800000"},
-        "messageAttributes": {},
-        "eventSource": "aws:sqs",
-        "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{queue}"),
-        "awsRegion": "us-east-1"
-    }]})
-    .to_string()
+    common::event::sqs_event(queue, &[(message_id, body, None, 1)])
 }
 
 #[tokio::test]

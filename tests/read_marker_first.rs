@@ -6,6 +6,9 @@
 //! payload under its id is a conflict; with the look-up off the handler
 //! runs again and the commit alone dedups the effect.
 
+#[path = "common/event.rs"]
+mod event;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -21,17 +24,7 @@ const QUEUE: &str = "charges";
 
 /// One record on `QUEUE`: `(message id, body, idemq-job-id, receive count)`.
 fn event(message_id: &str, body: &str, job_id: &str, receives: u32) -> String {
-    serde_json::json!({ "Records": [{
-        "messageId": message_id,
-        "receiptHandle": format!("rh-{message_id}"),
-        "body": body,
-        "attributes": {"ApproximateReceiveCount": receives.to_string(), "SentTimestamp": "1796212800000"},
-        "messageAttributes": {"idemq-job-id": {"stringValue": job_id, "dataType": "String"}},
-        "eventSource": "aws:sqs",
-        "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{QUEUE}"),
-        "awsRegion": "us-east-1"
-    }]})
-    .to_string()
+    event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), receives)])
 }
 
 /// A handler with an external effect (counted in `charges`, standing in

@@ -2,6 +2,8 @@
 //! (`make stack-up`; `make test` starts it and exports its endpoints).
 #![allow(dead_code)]
 
+pub mod event;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
