@@ -87,12 +87,13 @@ pub fn letters(items: Vec<(DeadMessage, Context)>) -> Vec<Letter> {
     out
 }
 
-/// How far SQS's clock may be from ours: SigV4 refuses a request signed
-/// more than 15 minutes from AWS's time
-/// (<https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-troubleshooting.html>:
-/// "the signed portions … of requests are valid within 15 minutes of the
-/// timestamp in the request"), so a client whose requests succeed is
-/// within it. One more minute for the request itself.
+/// How far SQS's clock may be from ours: SQS does not process a request
+/// whose time stamp is more than 15 minutes from the time on its servers
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/AboutTimestamp.html>;
+/// the general signing page names five minutes for most services,
+/// <https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_aws-signing.html>),
+/// so a client whose requests succeed is within it. One more minute for
+/// the request itself.
 pub(crate) const MAX_CLOCK_SKEW: Duration = Duration::from_secs(16 * 60);
 
 /// A job a redrive is sending back, by the copy it chose.
