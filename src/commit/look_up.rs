@@ -82,13 +82,13 @@ impl Committer {
             if !self.marker_first {
                 return Ok(None);
             }
-            self.get(self.marker_key(job)).await
+            self.read_marker_item(self.marker_key(job)).await
         };
         let legacy = async {
             if !self.legacy.read_at(crate::clock::now()) {
                 return Ok(None);
             }
-            self.get(self.key(self.layout.legacy_marker_key(job.id.as_str())))
+            self.read_marker_item(self.key(self.layout.legacy_marker_key(job.id.as_str())))
                 .await
         };
         let (ours, legacy) = tokio::join!(ours, legacy);
@@ -111,7 +111,10 @@ impl Committer {
 
     /// A consistent `GetItem` of `key` in the idemq table; a failed read as
     /// the outcome (transient) or error (deployment) it is.
-    async fn get(&self, key: Item) -> Result<Option<Item>, Result<CommitOutcome, CommitError>> {
+    async fn read_marker_item(
+        &self,
+        key: Item,
+    ) -> Result<Option<Item>, Result<CommitOutcome, CommitError>> {
         let table = &self.layout.table_name;
         match self
             .client
