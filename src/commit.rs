@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
@@ -261,17 +262,15 @@ impl Committer {
         }
         let plan = Plan::of(effect);
         let mut items = Vec::with_capacity(effect.len() + 1);
+        // One commit time for the marker, whichever form it takes.
+        let now = crate::clock::now();
         if effect.uses_separate_marker() {
-            let now = crate::clock::now();
             items.push(self.marker_put(job, now, effect)?);
         }
         for (index, write) in effect.writes().iter().enumerate() {
             items.push(if effect.fused_index() == Some(index) {
                 TransactWriteItem::builder()
-                    .put(
-                        self.fused_put(job, write, effect, crate::clock::now())?
-                            .into_put()?,
-                    )
+                    .put(self.fused_put(job, write, effect, now)?.into_put()?)
                     .build()
             } else {
                 self.switch_write(job, effect, write)?
@@ -483,15 +482,26 @@ impl Committer {
 
     /// One item, by a consistent read.
     async fn read_item(&self, table: &str, key: &Item) -> Result<Option<Item>, CommitError> {
+        self.consistent_get_item(table, key.clone())
+            .await
+            .map_err(|e| CommitError::Service(DisplayErrorContext(e).to_string()))
+    }
+
+    /// The `GetItem` request behind every read of a marker or an effect's
+    /// item: consistent, so it sees every commit that has answered.
+    async fn consistent_get_item(
+        &self,
+        table: &str,
+        key: Item,
+    ) -> Result<Option<Item>, SdkError<GetItemError>> {
         let out = self
             .client
             .get_item()
             .table_name(table)
-            .set_key(Some(key.clone()))
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
-            .await
-            .map_err(|e| CommitError::Service(DisplayErrorContext(e).to_string()))?;
+            .await?;
         Ok(out.item().cloned())
     }
 

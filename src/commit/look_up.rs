@@ -116,16 +116,8 @@ impl Committer {
         key: Item,
     ) -> Result<Option<Item>, Result<CommitOutcome, CommitError>> {
         let table = &self.layout.table_name;
-        match self
-            .client
-            .get_item()
-            .table_name(table)
-            .set_key(Some(key))
-            .consistent_read(true)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out.item().cloned()),
+        match self.consistent_get_item(table, key).await {
+            Ok(item) => Ok(item),
             Err(e) => {
                 let needs = super::deployment::Needs::read(table);
                 match classify_sdk_error(e, &needs) {
