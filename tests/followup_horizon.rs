@@ -13,6 +13,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::Key;
 use idemq::testing::{SentMessage, TestKit};
 
+#[path = "common/event.rs"]
+mod event;
 #[path = "../examples/ledger.rs"]
 mod ledger;
 
@@ -33,28 +35,12 @@ fn kit() -> TestKit<ledger::Ledger> {
 
 /// The transfer `t-1` on `QUEUE` as message `message_id`.
 fn event(message_id: &str, receives: u32) -> String {
-    serde_json::json!({"Records": [{
-        "messageId": message_id,
-        "receiptHandle": format!("rh-{message_id}"),
-        "body": TRANSFER,
-        "attributes": {"ApproximateReceiveCount": receives.to_string(), "SentTimestamp": "1796212800000"},
-        "messageAttributes": {"idemq-job-id": {"stringValue": "t-1", "dataType": "String"}},
-        "eventSource": "aws:sqs",
-        "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{QUEUE}"),
-        "awsRegion": "us-east-1"
-    }]})
-    .to_string()
+    event::sqs_event(QUEUE, &[(message_id, TRANSFER, Some("t-1"), receives)])
 }
 
 /// Follow-ups sent to `QUEUE` so far.
 fn follow_ups(kit: &TestKit<ledger::Ledger>) -> Vec<SentMessage> {
-    let sqs = kit.sqs();
-    let url = sqs.url(QUEUE);
-    sqs.sent_messages()
-        .iter()
-        .filter(|m| m.queue_url == url)
-        .cloned()
-        .collect()
+    event::sent_to(kit, QUEUE)
 }
 
 /// Commits `t-1` (its follow-up `t-1/then` sent once, with no

@@ -14,7 +14,7 @@ use idemq::Key;
 use idemq::effect::{Effect, Item, Write};
 use idemq::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp};
 use idemq::handler::{JobMeta, handler_fn};
-use idemq::testing::{QueueSpec, SentMessage, TestKit};
+use idemq::testing::{QueueSpec, TestKit};
 
 #[path = "../examples/ledger.rs"]
 mod ledger;
@@ -43,17 +43,6 @@ fn balance<H>(kit: &TestKit<H>, account: &str) -> Option<String> {
         .and_then(|i| i.get("balance").and_then(|v| v.as_n().ok()).cloned())
 }
 
-/// Messages sent to `queue` (not the DLQ) since the kit started.
-fn sent_to<H>(kit: &TestKit<H>, queue: &str) -> Vec<SentMessage> {
-    let sqs = kit.sqs();
-    let url = sqs.url(queue);
-    sqs.sent_messages()
-        .iter()
-        .filter(|m| m.queue_url == url)
-        .cloned()
-        .collect()
-}
-
 /// The ledger contract: a transfer with `then_credit` commits, and the
 /// follow-up transfer `<id>/then` goes to the same queue with its own job
 /// id, stored in the transfer's marker (its ledger entry) first.
@@ -67,7 +56,7 @@ async fn a_committed_transfer_sends_its_follow_up_with_its_own_job_id() {
         .unwrap();
     assert!(run.failed_ids().is_empty());
     assert_eq!(balance(&kit, "alice").as_deref(), Some("7"));
-    let sent = sent_to(&kit, QUEUE);
+    let sent = event::sent_to(&kit, QUEUE);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].attribute("idemq-job-id"), Some("t-1/then"));
     let next: serde_json::Value = serde_json::from_str(&sent[0].body).unwrap();
@@ -85,7 +74,7 @@ async fn a_committed_transfer_sends_its_follow_up_with_its_own_job_id() {
         .unwrap();
     assert!(run.failed_ids().is_empty());
     assert_eq!(balance(&kit, "bob").as_deref(), Some("7"));
-    assert_eq!(sent_to(&kit, QUEUE).len(), 1);
+    assert_eq!(event::sent_to(&kit, QUEUE).len(), 1);
 }
 
 /// A job whose commit does not happen sends nothing: a rejection (the
@@ -98,7 +87,7 @@ async fn rejected_conflicting_or_invalid_jobs_send_no_follow_up() {
     kit.run_json(&event(&[("m-1", first, "t-1", 1)]))
         .await
         .unwrap();
-    assert_eq!(sent_to(&kit, QUEUE).len(), 1);
+    assert_eq!(event::sent_to(&kit, QUEUE).len(), 1);
 
     // Conflict: t-1 again with another amount.
     let conflict = r#"{"transfer_id":"t-1","account":"alice","amount":6,"then_credit":"carol"}"#;
@@ -120,7 +109,11 @@ async fn rejected_conflicting_or_invalid_jobs_send_no_follow_up() {
         .filter_map(|m| m.attribute("idemq-job-id"))
         .collect();
     assert_eq!(dlq.len(), 2, "{:?}", run.dead_letters);
-    assert_eq!(sent_to(&kit, QUEUE).len(), 1, "no follow-up from either");
+    assert_eq!(
+        event::sent_to(&kit, QUEUE).len(),
+        1,
+        "no follow-up from either"
+    );
     assert_eq!(balance(&kit, "alice").as_deref(), Some("5"));
     assert_eq!(balance(&kit, "dave"), None);
 
@@ -148,7 +141,7 @@ async fn rejected_conflicting_or_invalid_jobs_send_no_follow_up() {
         run.dead_letters[0].attribute("idemq-error")
     );
     assert!(kit2.marker("big").is_none());
-    assert!(sent_to(&kit2, QUEUE).is_empty());
+    assert!(event::sent_to(&kit2, QUEUE).is_empty());
 }
 
 /// The follow-up's queue is missing at first: the job commits, the send
@@ -198,7 +191,7 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
         .unwrap();
     assert!(run.failed_ids().is_empty(), "acknowledged as a duplicate");
     assert_eq!(balance(&kit, "a").as_deref(), Some("1"), "applied once");
-    let sent = sent_to(&kit, "next");
+    let sent = event::sent_to(&kit, "next");
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].body, r#"{"run":0}"#, "the marker's, not this run's");
     assert_eq!(sent[0].attribute("idemq-job-id"), Some("j-1/next"));
@@ -211,7 +204,7 @@ async fn a_failed_send_keeps_the_job_and_the_redelivery_resends_from_the_marker(
     kit.run_json(&event(&[("m-1", "{}", "j-1", 3)]))
         .await
         .unwrap();
-    assert_eq!(sent_to(&kit, "next").len(), 2);
+    assert_eq!(event::sent_to(&kit, "next").len(), 2);
     assert_eq!(balance(&kit, "a").as_deref(), Some("1"));
 }
 
@@ -237,7 +230,7 @@ async fn the_follow_up_chain_example_charges_then_records_the_receipt_once() {
     assert!(run.failed_ids().is_empty());
     let order = kit.item(&Key::string("pk", "order#o-1")).unwrap();
     assert_eq!(order["status"].as_s().unwrap(), "charged");
-    let sent = sent_to(&kit, QUEUE);
+    let sent = event::sent_to(&kit, QUEUE);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].attribute("idemq-job-id"), Some("o-1/receipt"));
 
@@ -252,13 +245,17 @@ async fn the_follow_up_chain_example_charges_then_records_the_receipt_once() {
     assert!(run.failed_ids().is_empty());
     let stored = kit.item(&Key::string("pk", "receipt#o-1")).unwrap();
     assert_eq!(stored["amount"].as_n().unwrap(), "25");
-    assert_eq!(sent_to(&kit, QUEUE).len(), 1, "a receipt starts nothing");
+    assert_eq!(
+        event::sent_to(&kit, QUEUE).len(),
+        1,
+        "a receipt starts nothing"
+    );
 
     // The charge redelivered: a duplicate that sends its receipt again.
     kit.run_json(&event(&[("m-1", charge, "o-1", 2)]))
         .await
         .unwrap();
-    assert_eq!(sent_to(&kit, QUEUE).len(), 2);
+    assert_eq!(event::sent_to(&kit, QUEUE).len(), 2);
     let receipts = kit
         .items()
         .into_iter()

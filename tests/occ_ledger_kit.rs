@@ -11,6 +11,8 @@ use idemq::effect::Effect;
 use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::testing::TestKit;
 
+#[path = "common/event.rs"]
+mod event;
 #[path = "../examples/ledger.rs"]
 mod ledger;
 
@@ -59,17 +61,7 @@ fn kit() -> (TestKit<Switch>, Switch) {
 }
 
 fn event(message_id: &str, body: &str, job_id: &str) -> String {
-    serde_json::json!({ "Records": [{
-        "messageId": message_id,
-        "receiptHandle": format!("rh-{message_id}"),
-        "body": body,
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1796212800000"},
-        "messageAttributes": {"idemq-job-id": {"stringValue": job_id, "dataType": "String"}},
-        "eventSource": "aws:sqs",
-        "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{QUEUE}"),
-        "awsRegion": "us-east-1"
-    }]})
-    .to_string()
+    event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), 1)])
 }
 
 fn number<H>(kit: &TestKit<H>, account: &str, name: &str) -> Option<String> {
@@ -144,15 +136,7 @@ async fn the_occ_ledger_sends_the_transfers_follow_up() {
         "t-1",
     )
     .await;
-    let sent: Vec<_> = {
-        let sqs = kit.sqs();
-        let url = sqs.url(QUEUE);
-        sqs.sent_messages()
-            .iter()
-            .filter(|m| m.queue_url == url)
-            .cloned()
-            .collect()
-    };
+    let sent = event::sent_to(&kit, QUEUE);
     assert_eq!(sent.len(), 1, "the follow-up was not sent: {sent:?}");
     assert_eq!(sent[0].attribute("idemq-job-id"), Some("t-1/then"));
     commit(&kit, "m-2", &sent[0].body, "t-1/then").await;

@@ -1,6 +1,9 @@
-//! Lambda SQS events for the test kit's `run_json`, without the local
-//! stack: tests that load `examples/ledger.rs` themselves include this file
-//! alone (`#[path = "common/event.rs"]`).
+//! Lambda SQS events for the test kit's `run_json`, and what the kit sent,
+//! without the local stack: tests that load `examples/ledger.rs` themselves
+//! include this file alone (`#[path = "common/event.rs"]`).
+#![allow(dead_code)]
+
+use idemq::testing::{SentMessage, TestKit};
 
 /// A Lambda SQS event of `records` from `queue`, as the kit's `run_json`
 /// takes it: each record is `(message id, body, idemq-job-id, receive
@@ -27,4 +30,15 @@ pub fn sqs_event(queue: &str, records: &[(&str, &str, Option<&str>, u32)]) -> St
         })
         .collect();
     serde_json::json!({ "Records": records }).to_string()
+}
+
+/// Messages the kit's SQS took for `queue` (not its DLQ) since it started.
+pub fn sent_to<H>(kit: &TestKit<H>, queue: &str) -> Vec<SentMessage> {
+    let sqs = kit.sqs();
+    let url = sqs.url(queue);
+    sqs.sent_messages()
+        .iter()
+        .filter(|m| m.queue_url == url)
+        .cloned()
+        .collect()
 }

@@ -46,10 +46,7 @@ pub struct FanOutcome {
 
 /// Runs `seed` with `jobs` jobs fanned out to both queues.
 pub fn run(seed: u64, jobs: usize) -> FanOutcome {
-    let rt = super::paused_runtime();
-    let out = rt.block_on(simulate(seed, jobs));
-    idemq::clock::real();
-    out
+    super::run_paused(simulate(seed, jobs))
 }
 
 async fn simulate(seed: u64, jobs: usize) -> FanOutcome {

@@ -79,10 +79,7 @@ pub struct FollowUpsOutcome {
 
 /// Runs `seed` with `parents` parents.
 pub fn run(seed: u64, parents: usize) -> FollowUpsOutcome {
-    let rt = super::paused_runtime();
-    let out = rt.block_on(simulate(seed, parents));
-    idemq::clock::real();
-    out
+    super::run_paused(simulate(seed, parents))
 }
 
 /// One message onto `QUEUE`, as a producer sends it (with `idemq-job-id`).

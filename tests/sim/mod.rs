@@ -53,6 +53,14 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// Runs one simulation to its end on a paused runtime, then gives idemq's
+/// clock back to the wall (the simulation set it).
+pub fn run_paused<F: std::future::Future>(simulation: F) -> F::Output {
+    let out = paused_runtime().block_on(simulation);
+    idemq::clock::real();
+    out
+}
+
 /// Everything the services hold, behind one lock (one thread runs a seed).
 pub struct World {
     pub sqs: sqs::Sqs,

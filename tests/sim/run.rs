@@ -319,10 +319,7 @@ fn quiet_simulated_panics() {
 /// Runs `config` on a fresh paused current-thread runtime.
 pub fn run(config: &Config) -> Outcome {
     quiet_simulated_panics();
-    let rt = super::paused_runtime();
-    let out = rt.block_on(simulate(config.clone()));
-    idemq::clock::real();
-    out
+    super::run_paused(simulate(config.clone()))
 }
 
 async fn simulate(config: Config) -> Outcome {
