@@ -2,6 +2,7 @@
 //! (`make stack-up`; `make test` starts it and exports its endpoints).
 #![allow(dead_code)]
 
+#[cfg(feature = "testing")]
 pub mod event;
 
 use std::sync::atomic::{AtomicU32, Ordering};
