@@ -464,7 +464,7 @@ impl Core {
         deadline: Instant,
         budget: &Budget,
         contended: &AtomicU64,
-        resolved: Result<crate::envelope::ResolvedJob<'_>, crate::job::InvalidJobId>,
+        resolved: Result<crate::job::ResolvedJob<'_>, crate::job::InvalidJobId>,
     ) -> Verdict {
         // The hash covers the job's payload (an enveloped job's inner
         // message), or the whole body when there is no job to find.
@@ -482,7 +482,7 @@ impl Core {
         let attempt = match (&resolved, remembered) {
             (Err(e), _) => Attempt::InvalidJobId(e.clone()),
             (Ok(_), Err(expired)) => Attempt::Expired(expired),
-            (Ok(crate::envelope::ResolvedJob { id, .. }), Ok(())) => {
+            (Ok(crate::job::ResolvedJob { id, .. }), Ok(())) => {
                 let job_ref = JobRef {
                     id,
                     payload_hash: &hash,

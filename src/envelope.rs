@@ -16,7 +16,7 @@
 //! With [`Envelope::Sns`] or [`Envelope::EventBridge`] (`IDEMQ_ENVELOPE`),
 //! the job is the inner message: the handler decodes it, the payload hash
 //! covers it alone, and the job id is found in the envelope
-//! ([`JobIdResolver::resolve_job`], the one place a message becomes a job).
+//! ([`JobIdResolver::resolve_job`](crate::JobIdResolver::resolve_job), the one place a message becomes a job).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value};
 
-use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobId, JobIdResolver, JobIdSource, pointed_id};
+use crate::attribute::JOB_ID_ATTRIBUTE;
 
 /// How a job is wrapped in the SQS message body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -672,91 +672,6 @@ mod exact {
     }
 }
 
-/// A message's job: its id, where the id came from, and the payload the
-/// handler decodes and the hash covers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedJob<'a> {
-    /// The job id.
-    pub id: JobId,
-    /// Where the id came from.
-    pub source: JobIdSource,
-    /// The job itself: the body, or the message inside its envelope.
-    pub payload: Cow<'a, str>,
-}
-
-impl JobIdResolver {
-    /// Jobs arrive in `envelope` (default [`Envelope::None`]).
-    ///
-    /// ```
-    /// use idemq::envelope::Envelope;
-    /// use idemq::JobIdResolver;
-    /// let r = JobIdResolver::new().with_envelope(Envelope::EventBridge);
-    /// let event = r#"{"id":"e-1","detail-type":"t","source":"s","detail":{"b":1,"a":2}}"#;
-    /// let job = r.resolve_job(None, event, "sqs-1").unwrap();
-    /// assert_eq!((job.id.as_str(), job.payload.as_ref()), ("e-1", r#"{"a":2,"b":1}"#));
-    /// ```
-    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
-        self.envelope = envelope;
-        self
-    }
-
-    /// The job in one SQS message: opens the envelope and resolves the id.
-    ///
-    /// `attribute` is the SQS message's own `idemq-job-id` attribute and
-    /// always wins: it is what a producer sends with `SendMessage` and what
-    /// idemq's own tools stamp on every copy they send (a DLQ redrive or
-    /// import carries the id the consumer resolved). With an envelope, next
-    /// come the envelope's `idemq-job-id` SNS message attribute, then
-    /// [`JobIdResolver::body_pointer`] applied to the inner message (the SNS
-    /// `Message`, the EventBridge `detail`), then the envelope's own id (SNS
-    /// `MessageId`, event `id`: [`JobIdSource::EnvelopeId`]). An envelope
-    /// that does not parse is [`InvalidJobId::Envelope`], a permanent
-    /// failure.
-    pub fn resolve_job<'a>(
-        &self,
-        attribute: Option<&str>,
-        body: &'a str,
-        message_id: &str,
-    ) -> Result<ResolvedJob<'a>, InvalidJobId> {
-        if self.envelope == Envelope::None {
-            let (id, source) = self.resolve_plain(attribute, body, message_id)?;
-            return Ok(ResolvedJob {
-                id,
-                source,
-                payload: Cow::Borrowed(body),
-            });
-        }
-        let opened = self.envelope.open(body)?;
-        let resolved = |id: &str, source| {
-            Ok(ResolvedJob {
-                id: JobId::new(id)?,
-                source,
-                payload: opened.payload.clone(),
-            })
-        };
-        if let Some(id) = attribute.or(opened.job_id_attribute.as_deref()) {
-            return resolved(id, JobIdSource::Attribute);
-        }
-        if let Some(pointer) = &self.body_pointer {
-            if let Some(id) = pointed_id(&opened.payload, pointer)? {
-                return resolved(&id, JobIdSource::BodyPointer);
-            }
-            tracing::warn!(
-                pointer = pointer.as_str(),
-                message_id,
-                envelope = self.envelope.as_str(),
-                "job id pointer not found in the inner message; falling back to the envelope's id, \
-                 so a re-published copy of this job will not be recognised"
-            );
-        }
-        match opened.envelope_id.as_deref() {
-            Some(id) => resolved(id, JobIdSource::EnvelopeId),
-            // Every envelope that opens has an id; kept total all the same.
-            None => resolved(message_id, JobIdSource::MessageId),
-        }
-    }
-}
-
 /// Set once this process has warned that it identifies a job by its
 /// envelope's id.
 static ENVELOPE_ID_IDENTITY_WARNED: AtomicBool = AtomicBool::new(false);
@@ -793,6 +708,7 @@ pub fn warn_envelope_id_identity(envelope: Envelope) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::{InvalidJobId, JobIdResolver, JobIdSource};
 
     /// What SNS delivered to an SQS queue (raw message delivery off) on
     /// LocalStack 2026.3, the shape of the AWS example

@@ -5,41 +5,16 @@
 //! travels with the message: the `idemq-job-id` attribute first, then an
 //! optional JSON pointer into the body, and only then the `MessageId`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 
-/// Name of the SQS message attribute that carries the job id.
-pub const JOB_ID_ATTRIBUTE: &str = "idemq-job-id";
-/// Name of the SQS message attribute that carries when the job's first copy
-/// was enqueued (epoch milliseconds, as SQS's `SentTimestamp`), on every
-/// copy idemq makes of a job after the first: its own dead-letter send, a
-/// redrive, an import, a follow-up re-sent from a marker. A copy restarts
-/// SQS's retention and gets a new `SentTimestamp`, so this is what tells a
-/// consumer how old the job really is, against its markers' lifetime. A
-/// message without it is its job's first copy: its `SentTimestamp` is the
-/// first-enqueued time (a native source-to-DLQ redrive keeps it).
-pub const FIRST_ENQUEUED_ATTRIBUTE: &str = "idemq-first-enqueued";
-/// `at` as the value of [`FIRST_ENQUEUED_ATTRIBUTE`]: a String of epoch
-/// milliseconds, as SQS writes `SentTimestamp`.
-pub(crate) fn first_enqueued_value(
-    at: std::time::SystemTime,
-) -> aws_sdk_sqs::types::MessageAttributeValue {
-    let ms = at
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    aws_sdk_sqs::types::MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(ms.to_string())
-        .build()
-        .expect("data type and value are set")
-}
+use crate::envelope::Envelope;
 
-/// Every message attribute idemq reads or writes starts with this; a copy
-/// idemq sends again drops them and sets its own.
-pub const IDEMQ_ATTRIBUTE_PREFIX: &str = "idemq-";
+pub(crate) use crate::attribute::first_enqueued_value;
+pub use crate::attribute::{FIRST_ENQUEUED_ATTRIBUTE, IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
 
 /// Longest job id accepted, in bytes. The marker key and every derived
 /// idempotency key must stay well inside DynamoDB's 2 KB partition key.
@@ -266,6 +241,91 @@ impl JobIdResolver {
             );
         }
         Ok((JobId::new(message_id)?, JobIdSource::MessageId))
+    }
+}
+
+/// A message's job: its id, where the id came from, and the payload the
+/// handler decodes and the hash covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedJob<'a> {
+    /// The job id.
+    pub id: JobId,
+    /// Where the id came from.
+    pub source: JobIdSource,
+    /// The job itself: the body, or the message inside its envelope.
+    pub payload: Cow<'a, str>,
+}
+
+impl JobIdResolver {
+    /// Jobs arrive in `envelope` (default [`Envelope::None`]).
+    ///
+    /// ```
+    /// use idemq::envelope::Envelope;
+    /// use idemq::JobIdResolver;
+    /// let r = JobIdResolver::new().with_envelope(Envelope::EventBridge);
+    /// let event = r#"{"id":"e-1","detail-type":"t","source":"s","detail":{"b":1,"a":2}}"#;
+    /// let job = r.resolve_job(None, event, "sqs-1").unwrap();
+    /// assert_eq!((job.id.as_str(), job.payload.as_ref()), ("e-1", r#"{"a":2,"b":1}"#));
+    /// ```
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
+    }
+
+    /// The job in one SQS message: opens the envelope and resolves the id.
+    ///
+    /// `attribute` is the SQS message's own `idemq-job-id` attribute and
+    /// always wins: it is what a producer sends with `SendMessage` and what
+    /// idemq's own tools stamp on every copy they send (a DLQ redrive or
+    /// import carries the id the consumer resolved). With an envelope, next
+    /// come the envelope's `idemq-job-id` SNS message attribute, then
+    /// [`JobIdResolver::body_pointer`] applied to the inner message (the SNS
+    /// `Message`, the EventBridge `detail`), then the envelope's own id (SNS
+    /// `MessageId`, event `id`: [`JobIdSource::EnvelopeId`]). An envelope
+    /// that does not parse is [`InvalidJobId::Envelope`], a permanent
+    /// failure.
+    pub fn resolve_job<'a>(
+        &self,
+        attribute: Option<&str>,
+        body: &'a str,
+        message_id: &str,
+    ) -> Result<ResolvedJob<'a>, InvalidJobId> {
+        if self.envelope == Envelope::None {
+            let (id, source) = self.resolve_plain(attribute, body, message_id)?;
+            return Ok(ResolvedJob {
+                id,
+                source,
+                payload: Cow::Borrowed(body),
+            });
+        }
+        let opened = self.envelope.open(body)?;
+        let resolved = |id: &str, source| {
+            Ok(ResolvedJob {
+                id: JobId::new(id)?,
+                source,
+                payload: opened.payload.clone(),
+            })
+        };
+        if let Some(id) = attribute.or(opened.job_id_attribute.as_deref()) {
+            return resolved(id, JobIdSource::Attribute);
+        }
+        if let Some(pointer) = &self.body_pointer {
+            if let Some(id) = pointed_id(&opened.payload, pointer)? {
+                return resolved(&id, JobIdSource::BodyPointer);
+            }
+            tracing::warn!(
+                pointer = pointer.as_str(),
+                message_id,
+                envelope = self.envelope.as_str(),
+                "job id pointer not found in the inner message; falling back to the envelope's id, \
+                 so a re-published copy of this job will not be recognised"
+            );
+        }
+        match opened.envelope_id.as_deref() {
+            Some(id) => resolved(id, JobIdSource::EnvelopeId),
+            // Every envelope that opens has an id; kept total all the same.
+            None => resolved(message_id, JobIdSource::MessageId),
+        }
     }
 }
 

@@ -62,6 +62,7 @@
 
 #![warn(missing_docs)]
 
+mod attribute;
 pub mod backoff;
 pub mod batch;
 pub mod classify;
