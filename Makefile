@@ -15,7 +15,7 @@ help:
 	@echo "make artifacts   build each shipped artifact as its user does (library feature sets, functions, cargo install, cargo package)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
 	@echo "make sim         the deterministic simulation, longer (SEEDS=1000 FIFO_SEEDS=250 HOURS=24; FIRST=1)"
-	@echo "make lint        cargo fmt --check and clippy -D warnings"
+	@echo "make lint        cargo fmt --check, no circular module imports, clippy -D warnings, rustdoc"
 	@echo "make lint-infra  SAM/Terraform rules, least privilege, cfn-lint, terraform fmt"
 	@echo "make deploy      sam build + sam deploy of infra/sam (DEPLOY_ARGS=... for sam deploy)"
 	@echo "make stack-up    start LocalStack (SQS) + moto (DynamoDB) on 127.0.0.1"
@@ -70,6 +70,7 @@ deploy:
 
 lint:
 	cargo fmt --check
+	python3 scripts/module_cycles.py src
 	cargo clippy --all-targets --features testing --locked -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing --locked
 

@@ -16,8 +16,11 @@ trap cleanup EXIT
 # below: it only changes idemq's own crate (the two smithy crates it adds
 # are already built for the SDK, with the same features), so no dependency
 # is built twice; tests/testing_kit.rs and the README's kit example need it.
-echo "== lint (fmt, clippy, rustdoc)"
+echo "== lint (fmt, module circles, clippy, rustdoc)"
 cargo fmt --check
+# No two library modules import each other (directly or round a circle):
+# the store seam depends on the batch core never importing back.
+python3 scripts/module_cycles.py src
 cargo clippy --all-targets --features testing --locked -- -D warnings
 # Every public item documented (#![warn(missing_docs)] in lib.rs), and no
 # broken, private or bare links in the docs. After clippy: it documents the

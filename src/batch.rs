@@ -42,11 +42,11 @@ use tracing::Instrument;
 
 use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
 use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
-use crate::commit::{Committer, JobRef, LookedUp};
+use crate::commit::{CommitOutcome, Committer, JobRef, LookedUp};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
 use crate::effect::Effect;
-use crate::followup::FollowUpSender;
+use crate::followup::{AfterCommit, FollowUp, FollowUpSender, StoredMarker};
 use crate::handler::{Handler, JobError, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
@@ -568,10 +568,7 @@ impl Core {
             match self.committer.look_up(job_ref).await {
                 Ok(LookedUp::Absent) => {}
                 Ok(LookedUp::Settled(outcome, stored)) => {
-                    return Attempt::Commit(Ok(self
-                        .follow_ups
-                        .after_commit(&Effect::new(), outcome, stored)
-                        .await));
+                    return Attempt::Commit(Ok(self.after_commit(&[], outcome, stored).await));
                 }
                 Err(e) => return Attempt::Commit(Err(e)),
             }
@@ -601,9 +598,9 @@ impl Core {
                     // Follow-ups go out after the commit and before the
                     // acknowledgement (src/followup.rs).
                     Ok(match self.committer.settle(job_ref, &effect).await {
-                        Ok((outcome, stored)) => {
-                            Ok(self.follow_ups.after_commit(&effect, outcome, stored).await)
-                        }
+                        Ok((outcome, stored)) => Ok(self
+                            .after_commit(effect.follow_ups(), outcome, stored)
+                            .await),
                         Err(e) => Err(e),
                     })
                 }
@@ -612,6 +609,28 @@ impl Core {
         match work.await {
             Err(attempt) => attempt,
             Ok(commit) => Attempt::Commit(commit),
+        }
+    }
+
+    /// A settled commit once its follow-ups are dealt with
+    /// ([`FollowUpSender::after_commit`]): committed, the effect's
+    /// follow-ups (`follow_ups`) are sent; a duplicate re-sends those its
+    /// stored marker carries. A follow-up not sent turns the outcome into a
+    /// transient failure, so the job is not acknowledged.
+    async fn after_commit(
+        &self,
+        follow_ups: &[FollowUp],
+        outcome: CommitOutcome,
+        stored: Option<StoredMarker>,
+    ) -> CommitOutcome {
+        let settled = match (&outcome, stored) {
+            (CommitOutcome::Committed, _) => AfterCommit::Committed(follow_ups),
+            (CommitOutcome::Duplicate, Some(marker)) => AfterCommit::Duplicate(marker),
+            _ => return outcome,
+        };
+        match self.follow_ups.after_commit(settled).await {
+            Ok(()) => outcome,
+            Err(reason) => CommitOutcome::Transient { reason },
         }
     }
 

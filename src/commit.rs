@@ -245,7 +245,7 @@ impl Committer {
             job_id: job.id.to_string(),
             committed_at: self.parse_marker(&item).and_then(|m| m.committed_at),
             horizon: crate::followup::horizon(self.marker_ttl),
-            item,
+            follow_ups: crate::effect::outbox::from_marker(&item),
         }
     }
 
@@ -565,7 +565,7 @@ impl Committer {
                 AttributeValue::N(expires_at.to_string()),
             ),
         ]);
-        item.extend(crate::followup::stored(effect.follow_ups()));
+        item.extend(crate::effect::outbox::stored(effect.follow_ups()));
         let put = Put::builder()
             .table_name(&l.table_name)
             .set_item(Some(item))
@@ -608,7 +608,7 @@ impl Committer {
             AttributeValue::S(job.payload_hash.to_string()),
         );
         item.insert(self.layout.committed_at.clone(), committed_at(now));
-        item.extend(crate::followup::stored(effect.follow_ups()));
+        item.extend(crate::effect::outbox::stored(effect.follow_ups()));
         // Any key attribute exists exactly when the item does; the
         // smallest name, so the request is the same on every call.
         let key_attribute = write

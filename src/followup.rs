@@ -5,7 +5,7 @@
 //! reserve stock). Sent by the handler itself, the next job would go out
 //! even when this job's commit then fails (rejected, a conflict, a crash),
 //! or be lost when the process dies between the commit and the send. So a
-//! handler adds it to its [`Effect`] instead
+//! handler adds it to its [`Effect`](crate::Effect) instead
 //! ([`Effect::then_send`](crate::Effect::then_send)), and idemq:
 //!
 //! 1. **stores the follow-ups in the job's marker** (the separate marker
@@ -86,14 +86,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use serde::Serialize;
 
-use crate::commit::CommitOutcome;
 use crate::config::REPLAY_WINDOW;
-use crate::effect::{Effect, Item};
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JobId};
 use crate::producer::{Job, MAX_ATTRIBUTES, Producer, SendError, attributes_with_job_id};
 
@@ -116,11 +112,6 @@ pub const MAX_FOLLOW_UP_BYTES: usize = 256 * 1024;
 fn latest_first_enqueued() -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(9_999_999_999_999)
 }
-
-/// Bytes a separate marker item takes besides its follow-ups, at most: key,
-/// job id (each up to [`crate::job::MAX_JOB_ID_BYTES`]), hash, timestamps,
-/// queue name and attribute names, rounded up.
-pub(crate) const SEPARATE_MARKER_BYTES: usize = 2 * 1024;
 
 /// A job to send if and only if the effect that carries it commits.
 ///
@@ -299,6 +290,24 @@ impl FollowUp {
     }
 
     /// The message the producer sends.
+    /// A follow-up as a store read it back from a marker, already checked
+    /// when it was committed.
+    pub(crate) fn from_parts(
+        queue_url: String,
+        job_id: String,
+        body: String,
+        group_id: Option<String>,
+        attributes: HashMap<String, MessageAttributeValue>,
+    ) -> Self {
+        Self {
+            queue_url,
+            job_id,
+            body,
+            group_id,
+            attributes,
+        }
+    }
+
     pub(crate) fn to_job(&self) -> Job {
         let mut job = Job::raw(&self.job_id, &self.body);
         job.group_id = self.group_id.clone();
@@ -349,84 +358,15 @@ impl FollowUp {
         }
         Ok(())
     }
-
-    /// The follow-up as stored in the marker: a map of strings (and the
-    /// attributes' values as they are).
-    fn to_attribute(&self) -> AttributeValue {
-        let mut m = HashMap::from([
-            (
-                "queue".to_owned(),
-                AttributeValue::S(self.queue_url.clone()),
-            ),
-            ("job_id".to_owned(), AttributeValue::S(self.job_id.clone())),
-            ("body".to_owned(), AttributeValue::S(self.body.clone())),
-        ]);
-        if let Some(g) = &self.group_id {
-            m.insert("group".to_owned(), AttributeValue::S(g.clone()));
-        }
-        if !self.attributes.is_empty() {
-            let attrs = self
-                .attributes
-                .iter()
-                .map(|(name, v)| {
-                    let mut a = HashMap::from([(
-                        "type".to_owned(),
-                        AttributeValue::S(v.data_type().to_owned()),
-                    )]);
-                    if let Some(s) = v.string_value() {
-                        a.insert("string".to_owned(), AttributeValue::S(s.to_owned()));
-                    }
-                    if let Some(b) = v.binary_value() {
-                        a.insert(
-                            "binary".to_owned(),
-                            AttributeValue::B(Blob::new(b.as_ref().to_vec())),
-                        );
-                    }
-                    (name.clone(), AttributeValue::M(a))
-                })
-                .collect();
-            m.insert("attributes".to_owned(), AttributeValue::M(attrs));
-        }
-        AttributeValue::M(m)
-    }
-
-    fn from_attribute(v: &AttributeValue) -> Option<Self> {
-        let m = v.as_m().ok()?;
-        let s = |name: &str| m.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let mut attributes = HashMap::new();
-        if let Some(attrs) = m.get("attributes") {
-            for (name, a) in attrs.as_m().ok()? {
-                let a = a.as_m().ok()?;
-                let mut value =
-                    MessageAttributeValue::builder().data_type(a.get("type")?.as_s().ok()?);
-                if let Some(s) = a.get("string") {
-                    value = value.string_value(s.as_s().ok()?);
-                }
-                if let Some(b) = a.get("binary") {
-                    let bytes = b.as_b().ok()?.as_ref().to_vec();
-                    value = value.binary_value(aws_sdk_sqs::primitives::Blob::new(bytes));
-                }
-                attributes.insert(name.clone(), value.build().ok()?);
-            }
-        }
-        Some(Self {
-            queue_url: s("queue")?,
-            job_id: s("job_id")?,
-            body: s("body")?,
-            group_id: s("group"),
-            attributes,
-        })
-    }
 }
 
-/// Checks an effect's follow-ups; returns the bytes they add to its marker
-/// item (0 without follow-ups).
-pub(crate) fn check_all(effect: &Effect) -> Result<usize, FollowUpError> {
-    let list = effect.follow_ups();
+/// Checks an effect's follow-ups before any I/O: each one as SQS would take
+/// it, no job id twice, and a marker to store them in (`has_marker`).
+pub(crate) fn check_all(list: &[FollowUp], has_marker: bool) -> Result<(), FollowUpError> {
     if list.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
-    if !effect.uses_marker() {
+    if !has_marker {
         return Err(FollowUpError::NoMarker);
     }
     let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -440,19 +380,7 @@ pub(crate) fn check_all(effect: &Effect) -> Result<usize, FollowUpError> {
         }
         seen.insert(&f.job_id, index);
     }
-    Ok(crate::effect::item_size(&stored(list)))
-}
-
-/// The marker attribute holding `list`, as an item of one attribute (for
-/// its size) or to merge into a marker item; empty when `list` is.
-pub(crate) fn stored(list: &[FollowUp]) -> Item {
-    if list.is_empty() {
-        return Item::new();
-    }
-    Item::from([(
-        FOLLOW_UPS_ATTRIBUTE.to_owned(),
-        AttributeValue::L(list.iter().map(FollowUp::to_attribute).collect()),
-    )])
+    Ok(())
 }
 
 /// `list` for a failure record: each follow-up's job id and queue name,
@@ -467,26 +395,6 @@ pub(crate) fn describe(list: &[FollowUp]) -> String {
         .join(", ")
 }
 
-/// The follow-ups a stored marker carries (none if it carries none).
-pub(crate) fn from_marker(item: &Item) -> Result<Vec<FollowUp>, String> {
-    let Some(v) = item.get(FOLLOW_UPS_ATTRIBUTE) else {
-        return Ok(Vec::new());
-    };
-    let list = v
-        .as_l()
-        .map_err(|_| format!("the marker's {FOLLOW_UPS_ATTRIBUTE} is not a list"))?;
-    list.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            FollowUp::from_attribute(v).ok_or_else(|| {
-                format!(
-                    "the marker's follow-up {i} is not one idemq stored ({FOLLOW_UPS_ATTRIBUTE})"
-                )
-            })
-        })
-        .collect()
-}
-
 /// The follow-up horizon of a consumer whose markers live `marker_ttl`:
 /// the marker TTL less [`REPLAY_WINDOW`]. A duplicate re-sends its stored
 /// follow-ups only while its marker's commit is younger than this (see the
@@ -498,12 +406,13 @@ pub(crate) fn horizon(marker_ttl: Duration) -> Duration {
 }
 
 /// A duplicate's marker as stored, with what deciding on its follow-ups
-/// needs ([`crate::Committer`] reads it; [`FollowUpSender::after_commit`]
-/// decides).
+/// needs (the store reads it; [`FollowUpSender::after_commit`] decides).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredMarker {
-    /// The marker item (separate or fused) as stored.
-    pub(crate) item: Item,
+    /// The follow-ups the marker stores, as the store decoded them; an
+    /// `Err` says why they could not be (a transient failure: the marker
+    /// is not one idemq wrote as it is now).
+    pub(crate) follow_ups: Result<Vec<FollowUp>, String>,
     /// The job's id.
     pub(crate) job_id: String,
     /// When the marker was committed; `None` for a fused marker written by
@@ -547,6 +456,15 @@ pub(crate) fn resend(
         }
         Some(at) => Resend::PastHorizon { committed_at: at },
     }
+}
+
+/// A settled commit, as far as its follow-ups are concerned.
+#[derive(Debug)]
+pub(crate) enum AfterCommit<'a> {
+    /// The effect committed now, with these follow-ups.
+    Committed(&'a [FollowUp]),
+    /// A duplicate: the marker as stored.
+    Duplicate(StoredMarker),
 }
 
 /// Sends follow-ups through one [`Producer`] per queue, each built once
@@ -622,61 +540,53 @@ impl FollowUpSender {
         Ok(())
     }
 
-    /// What a commit's outcome means once its follow-ups are dealt with:
-    /// committed → the effect's follow-ups are sent; a duplicate → the
-    /// follow-ups its stored marker (`stored`) carries are sent again if
-    /// its commit is within the horizon ([`resend`]), each with the
-    /// parent's commit as its first-enqueued time, and otherwise logged
-    /// and counted, not sent. A send that fails turns the outcome into a
-    /// transient failure, so the job is not acknowledged; the retry finds
-    /// the marker and sends again.
-    pub(crate) async fn after_commit(
-        &self,
-        effect: &Effect,
-        outcome: CommitOutcome,
-        stored: Option<StoredMarker>,
-    ) -> CommitOutcome {
-        let (list, first_enqueued) = match (&outcome, stored) {
-            (CommitOutcome::Committed, _) => (effect.follow_ups().to_vec(), None),
-            (CommitOutcome::Duplicate, Some(marker)) => match from_marker(&marker.item) {
-                Ok(list) if list.is_empty() => return outcome,
+    /// Deals with a job's follow-ups once its commit is settled: a new
+    /// commit sends the effect's follow-ups; a duplicate sends again the
+    /// follow-ups its stored marker carries if its commit is within the
+    /// horizon ([`resend`]), each with the parent's commit as its
+    /// first-enqueued time, and otherwise logs and counts them, not sent.
+    /// `Err` says why a follow-up was not sent: the job must not be
+    /// acknowledged (a transient failure), and its retry finds the marker
+    /// and sends again.
+    pub(crate) async fn after_commit(&self, settled: AfterCommit<'_>) -> Result<(), String> {
+        let (list, first_enqueued) = match settled {
+            AfterCommit::Committed(list) => (list.to_vec(), None),
+            AfterCommit::Duplicate(marker) => match &marker.follow_ups {
+                Ok(list) if list.is_empty() => return Ok(()),
                 Ok(list) => {
                     match resend(marker.committed_at, crate::clock::now(), marker.horizon) {
-                        Resend::Send { committed_at } => (list, Some(committed_at)),
+                        Resend::Send { committed_at } => (list.clone(), Some(committed_at)),
                         decision => {
-                            self.not_resending(&marker, &list, decision);
-                            return outcome;
+                            self.not_resending(&marker, list, decision);
+                            return Ok(());
                         }
                     }
                 }
-                Err(reason) => return CommitOutcome::Transient { reason },
+                Err(reason) => return Err(reason.clone()),
             },
-            _ => return outcome,
         };
         if list.is_empty() {
-            return outcome;
+            return Ok(());
         }
         // The chaos suite dies here: committed, follow-ups not yet sent.
         #[cfg(feature = "failpoints")]
-        fail::fail_point!("followup::before-send", |_| -> CommitOutcome {
+        fail::fail_point!("followup::before-send", |_| -> Result<(), String> {
             std::process::abort()
         });
         let ids: HashSet<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
         match self.send(&list, first_enqueued).await {
             Ok(()) => {
                 tracing::debug!(follow_ups = ?ids, "follow-ups sent");
-                outcome
+                Ok(())
             }
             Err(e) => {
                 tracing::warn!(
                     follow_ups = list.len(),
                     "committed, but a follow-up was not sent; the job is retried and its marker re-sends them: {e}"
                 );
-                CommitOutcome::Transient {
-                    reason: format!(
-                        "committed, but follow-up not sent (the retry re-sends it from the marker): {e}"
-                    ),
-                }
+                Err(format!(
+                    "committed, but follow-up not sent (the retry re-sends it from the marker): {e}"
+                ))
             }
         }
     }
@@ -709,36 +619,14 @@ impl FollowUpSender {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effect::{Effect, Item};
+    use aws_sdk_dynamodb::types::AttributeValue;
 
     const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
 
     #[test]
-    fn a_follow_up_survives_the_marker_round_trip() {
-        let f = FollowUp::raw(URL, "j/then", "{\"a\":1}")
-            .in_group("g")
-            .string_attribute("tenant", "acme")
-            .attribute(
-                "blob",
-                MessageAttributeValue::builder()
-                    .data_type("Binary")
-                    .binary_value(aws_sdk_sqs::primitives::Blob::new(vec![0u8, 1, 2]))
-                    .build()
-                    .unwrap(),
-            );
-        let plain = FollowUp::raw(URL, "k", "x");
-        let item = stored(&[f.clone(), plain.clone()]);
-        assert_eq!(from_marker(&item), Ok(vec![f, plain]));
-        assert_eq!(from_marker(&Item::new()), Ok(vec![]));
-        let bad = Item::from([(
-            FOLLOW_UPS_ATTRIBUTE.to_owned(),
-            AttributeValue::S("x".into()),
-        )]);
-        assert!(from_marker(&bad).is_err());
-    }
-
-    #[test]
     fn follow_ups_are_checked_before_any_io() {
-        let check = |f: FollowUp| check_all(&Effect::new().then_send(f));
+        let check = |f: FollowUp| check_all(&[f], true);
         assert!(check(FollowUp::raw(URL, "ok", "{}")).is_ok());
         assert!(matches!(
             check(FollowUp::raw(URL, "", "{}")),
@@ -799,7 +687,7 @@ mod tests {
             .then_send(FollowUp::raw(URL, "b", "{}"))
             .then_send(FollowUp::raw(URL, "a", "{}"));
         assert_eq!(
-            check_all(&twice),
+            check_all(twice.follow_ups(), twice.uses_marker()),
             Err(FollowUpError::SameJobIdTwice {
                 first: 0,
                 second: 2
@@ -808,7 +696,10 @@ mod tests {
         let unmarked = Effect::new()
             .then_send(FollowUp::raw(URL, "a", "{}"))
             .without_marker();
-        assert_eq!(check_all(&unmarked), Err(FollowUpError::NoMarker));
+        assert_eq!(
+            check_all(unmarked.follow_ups(), unmarked.uses_marker()),
+            Err(FollowUpError::NoMarker)
+        );
     }
 
     /// The follow-ups live in the marker item: with it they must fit
@@ -932,15 +823,13 @@ mod tests {
         let now = crate::clock::now();
         for committed_at in [Some(now - 30 * DAY), Some(now - 20 * DAY), None] {
             let marker = StoredMarker {
-                item: stored(&list),
+                follow_ups: Ok(list.to_vec()),
                 job_id: "p".into(),
                 committed_at,
                 horizon: horizon(21 * DAY),
             };
-            let outcome = sender
-                .after_commit(&Effect::new(), CommitOutcome::Duplicate, Some(marker))
-                .await;
-            assert_eq!(outcome, CommitOutcome::Duplicate, "{committed_at:?}");
+            let sent = sender.after_commit(AfterCommit::Duplicate(marker)).await;
+            assert_eq!(sent, Ok(()), "{committed_at:?}");
         }
         assert_eq!(sender.take_not_resent(), 6);
         assert_eq!(sender.take_not_resent(), 0, "taken once");
