@@ -8,6 +8,8 @@ use crate::commit::{CommitError, CommitOutcome};
 use crate::handler::JobError;
 use crate::job::InvalidJobId;
 
+pub use crate::failure::{Failure, FailureKind};
+
 /// How one attempt at a job ended, before any decision.
 #[derive(Debug)]
 pub(crate) enum Attempt {
@@ -20,104 +22,6 @@ pub(crate) enum Attempt {
     /// First enqueued too long ago for its markers to remember it: not run.
     Expired(crate::horizon::MarkersExpired),
     Commit(Result<CommitOutcome, CommitError>),
-}
-
-/// Why a job failed: what failure records and DLQ attributes carry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// What kind of failure, as stored and shown.
-    pub kind: FailureKind,
-    /// One line: the outermost error.
-    pub error: String,
-    /// The error's `source()` chain, outermost first (without `error`).
-    pub chain: Vec<String>,
-}
-
-impl Failure {
-    /// The error with its chain, `outer: inner: innermost`.
-    pub fn full(&self) -> String {
-        std::iter::once(self.error.as_str())
-            .chain(self.chain.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(": ")
-    }
-}
-
-/// The kind of a [`Failure`]: what a failure record's `kind` and
-/// `idemq dlq` show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FailureKind {
-    /// A transient handler error, a throttled or conflicting transaction, a
-    /// missing table: retried.
-    Transient,
-    /// An undecodable payload, an invalid job id, a handler's permanent
-    /// error: dead-lettered at once.
-    Permanent,
-    /// Same job id, different payload.
-    Conflict,
-    /// An effect condition failed.
-    Rejected,
-    /// The handler panicked: retried (a deploy may fix it).
-    Panic,
-    /// The job did not finish before the batch's deadline: retried.
-    Timeout,
-    /// The job lost an optimistic-concurrency race (a
-    /// [`Write::optimistic`](crate::effect::Write::optimistic) condition
-    /// failed) more times in one invocation than
-    /// [`BatchConfig::contention_retries`](crate::config::BatchConfig::contention_retries)
-    /// allows, or lost races to concurrent transactions on its items
-    /// (`TransactionConflict`) as often: retried with backoff, like a
-    /// transient failure.
-    Contended,
-    /// The deployment, not the job: the function's role lacks a permission
-    /// on a table the commit writes, or the table does not exist. Every job
-    /// fails alike until a deploy fixes it; retried with backoff (nothing
-    /// is lost meanwhile), counted as `JobsMisconfigured` and logged as an
-    /// error.
-    Deployment,
-    /// The job was first enqueued a marker TTL ago or more
-    /// ([`crate::horizon`]): the marker of an earlier commit may have
-    /// expired, so it is not run but dead-lettered at once, counted as
-    /// `JobsExpired`. Only an operator can decide to apply it anyway.
-    Expired,
-}
-
-impl FailureKind {
-    /// Every kind, in [`as_str`](Self::as_str)'s order.
-    pub const ALL: [Self; 9] = [
-        Self::Transient,
-        Self::Permanent,
-        Self::Conflict,
-        Self::Rejected,
-        Self::Panic,
-        Self::Timeout,
-        Self::Contended,
-        Self::Deployment,
-        Self::Expired,
-    ];
-
-    /// The kind's name as stored in failure records: `transient`,
-    /// `permanent`, `conflict`, `rejected`, `panic`, `timeout`,
-    /// `contended`, `deployment`, `expired`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Transient => "transient",
-            Self::Permanent => "permanent",
-            Self::Conflict => "conflict",
-            Self::Rejected => "rejected",
-            Self::Panic => "panic",
-            Self::Timeout => "timeout",
-            Self::Contended => "contended",
-            Self::Deployment => "deployment",
-            Self::Expired => "expired",
-        }
-    }
-
-    /// The kind stored as `name` ([`as_str`](Self::as_str)), if any.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == name)
-    }
 }
 
 /// What SQS does with the message.

@@ -25,17 +25,14 @@ use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 
-use crate::classify::Failure;
 use crate::config::TableLayout;
+pub use crate::failure::{DlqError, FailureRecord, LetterKey, MAX_RECORD_CHAIN, MAX_RECORD_ERROR};
+use crate::failure::{Failure, capped_chain, truncate};
 use crate::job::{FIRST_ENQUEUED_ATTRIBUTE, IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
 use crate::producer::{
     DEFAULT_MAX_MESSAGE_BYTES, INVALID_MESSAGE_CODES, MAX_ATTRIBUTES, attributes_with_job_id,
     message_size, spare_attribute_slots,
 };
-
-/// A dead letter as [`DeadLetters::read_many`] looks it up: its job id (if
-/// it has one) and its message id.
-pub type LetterKey = (Option<String>, String);
 
 /// Dead-letter context attribute: the last error, capped.
 pub const ATTR_ERROR: &str = "idemq-error";
@@ -48,71 +45,6 @@ pub const ATTR_SOURCE_QUEUE: &str = "idemq-source-queue";
 /// Longest context attribute value, in bytes; the record keeps the whole
 /// error (within [`MAX_RECORD_ERROR`] and the chain caps).
 const MAX_CONTEXT_VALUE: usize = 1024;
-/// Longest `error`, and longest entry of `error_chain`, in a failure
-/// record, in bytes.
-pub const MAX_RECORD_ERROR: usize = 8 * 1024;
-/// Most bytes of `error_chain` in a failure record. With the error and the
-/// other fields (ids up to 512 bytes each, a queue name, a hash) the item
-/// stays far below DynamoDB's 400 KB item limit
-/// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-items>),
-/// so an error chain of any length can never make the PutItem fail.
-pub const MAX_RECORD_CHAIN: usize = 64 * 1024;
-
-/// An error of the dead-letter tools or of a failure record write.
-#[derive(Debug, thiserror::Error)]
-pub enum DlqError {
-    /// A DynamoDB call failed (failure records).
-    #[error("DynamoDB: {0}")]
-    DynamoDb(String),
-    /// An SQS call failed.
-    #[error("SQS: {0}")]
-    Sqs(String),
-    /// The message alone (body, producer attributes, `idemq-job-id`) is
-    /// over the DLQ's `MaximumMessageSize`.
-    #[error(
-        "message {message_id} is {bytes} bytes without its dead-letter context; the DLQ takes at most {limit}"
-    )]
-    TooLarge {
-        /// The message's `MessageId`.
-        message_id: String,
-        /// Its size as SQS counts it.
-        bytes: usize,
-        /// The DLQ's `MaximumMessageSize`.
-        limit: usize,
-    },
-}
-
-impl From<crate::queue::QueueError> for DlqError {
-    fn from(e: crate::queue::QueueError) -> Self {
-        match e {
-            crate::queue::QueueError::Sqs(s) => Self::Sqs(s),
-            other => Self::Sqs(other.to_string()),
-        }
-    }
-}
-
-/// One failed attempt, as stored under `idemq#ns#<namespace>#failure#<job
-/// id>` ([`TableLayout::failure_key`]; the latest
-/// attempt overwrites the one before, so the record says how the job last
-/// failed and how many times).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailureRecord {
-    /// The job id, or `None` when the message had no valid one.
-    pub job_id: Option<String>,
-    /// The message's `MessageId`.
-    pub message_id: String,
-    /// This attempt's number (`ApproximateReceiveCount`).
-    pub attempt: u32,
-    /// Why it failed.
-    pub failure: Failure,
-    /// When it failed.
-    pub failed_at: SystemTime,
-    /// The source queue's name.
-    pub source_queue: String,
-    /// SHA-256 of the body, hex: the payload itself is never stored.
-    pub payload_hash: String,
-}
-
 /// Writes failure records and sends permanent failures to the DLQ.
 #[derive(Debug, Clone)]
 pub struct DeadLetters {
@@ -675,50 +607,6 @@ pub struct DeadLetter<'a> {
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// `s` cut to at most `max` bytes (at a character boundary) plus a marker
-/// saying so and how long it was.
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [cut: {} bytes]", &s[..end], s.len())
-}
-
-/// The error chain as stored: each entry capped at [`MAX_RECORD_ERROR`]
-/// bytes, the whole at about [`MAX_RECORD_CHAIN`]. When entries must go,
-/// the outermost ones and the innermost (usually the root cause) are kept,
-/// and one entry in their place says how many were left out.
-pub(crate) fn capped_chain(chain: &[String]) -> Vec<String> {
-    // DynamoDB counts a list element as its bytes plus one.
-    let cost = |e: &String| e.len() + 1;
-    let capped: Vec<String> = chain
-        .iter()
-        .map(|e| truncate(e, MAX_RECORD_ERROR))
-        .collect();
-    if capped.iter().map(cost).sum::<usize>() <= MAX_RECORD_CHAIN {
-        return capped;
-    }
-    const MARKER_ROOM: usize = 64;
-    let last = capped.last().cloned().unwrap_or_default();
-    let mut budget = MAX_RECORD_CHAIN - MARKER_ROOM - cost(&last);
-    let mut kept = Vec::new();
-    for e in &capped[..capped.len() - 1] {
-        if cost(e) > budget {
-            break;
-        }
-        budget -= cost(e);
-        kept.push(e.clone());
-    }
-    let left_out = capped.len() - 1 - kept.len();
-    kept.push(format!("… {left_out} more causes left out (chain capped)"));
-    kept.push(last);
-    kept
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ pub mod dead_letter;
 pub mod dlq;
 pub mod effect;
 pub mod envelope;
+pub mod failure;
 pub mod followup;
 pub mod handler;
 pub mod horizon;
