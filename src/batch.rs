@@ -42,15 +42,16 @@ use tracing::Instrument;
 
 use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
 use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
-use crate::commit::{CommitOutcome, Committer, JobRef, LookedUp};
+use crate::commit::{CommitOutcome, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
-use crate::effect::Effect;
 use crate::followup::{AfterCommit, FollowUp, FollowUpSender, StoredMarker};
 use crate::handler::{Handler, JobError, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
 use crate::queue::{CALL_TIMEOUT, QueueInfo};
+use crate::store::dynamodb::effect::Effect;
+use crate::store::dynamodb::{Committer, LookedUp};
 
 /// One received SQS message, whichever host received it.
 #[derive(Debug, Clone)]
@@ -1082,8 +1083,8 @@ mod tests {
 /// a handler that panics before its future exists fails its own job only.
 #[cfg(all(test, feature = "testing"))]
 mod erased_handler_tests {
-    use crate::effect::Effect;
     use crate::handler::{Handler, JobError, JobMeta};
+    use crate::store::dynamodb::effect::Effect;
     use crate::testing::TestKit;
     use std::future::Future;
 

@@ -619,7 +619,7 @@ impl FollowUpSender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effect::{Effect, Item};
+    use crate::store::dynamodb::effect::{Effect, Item};
     use aws_sdk_dynamodb::types::AttributeValue;
 
     const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
@@ -706,7 +706,7 @@ mod tests {
     /// DynamoDB's 400 KB, and a fused marker may not set their attribute.
     #[test]
     fn the_marker_with_its_follow_ups_fits_one_item() {
-        use crate::effect::{EffectError, Key, MAX_ITEM_BYTES, MarkerSlot, Write};
+        use crate::store::dynamodb::effect::{EffectError, Key, MAX_ITEM_BYTES, MarkerSlot, Write};
         let slot = MarkerSlot {
             table: "t",
             partition_key: "pk",

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use serde::de::DeserializeOwned;
 
-use crate::effect::Effect;
 use crate::job::JobId;
+use crate::store::dynamodb::effect::Effect;
 
 /// Any error a handler wants to report, with its source chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use crate::batch::Processor;
-use crate::commit::Committer;
 use crate::config::{BatchConfig, IdempotencyConfig, TableLayout};
 use crate::dead_letter::DeadLetters;
 use crate::handler::Handler;
 use crate::queue::QueueInfo;
+use crate::store::dynamodb::Committer;
 
 /// Any error that stops a host from starting or running.
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -71,7 +71,8 @@ pub mod commit;
 pub mod config;
 pub mod dead_letter;
 pub mod dlq;
-pub mod effect;
+#[doc(inline)]
+pub use store::dynamodb::effect;
 pub mod envelope;
 pub mod failure;
 pub mod followup;
@@ -85,6 +86,7 @@ pub mod lambda;
 pub mod metrics;
 pub mod producer;
 pub mod queue;
+pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "sns")]
@@ -92,15 +94,15 @@ pub mod topic;
 #[cfg(feature = "worker")]
 pub mod worker;
 
-pub use commit::{CommitError, CommitOutcome, Committer, JobRef};
+pub use commit::{CommitError, CommitOutcome, JobRef};
 pub use config::{IdempotencyConfig, TableLayout};
-pub use effect::{Effect, EffectError, Key, Write};
 pub use envelope::Envelope;
 pub use followup::FollowUp;
 pub use job::{
     InvalidJobId, JOB_ID_ATTRIBUTE, JobId, JobIdResolver, JobIdSource, PayloadHash, downstream_key,
 };
 pub use producer::Producer;
+pub use store::dynamodb::{Committer, Effect, EffectError, Key, Write};
 #[cfg(feature = "sns")]
 pub use topic::TopicProducer;
 

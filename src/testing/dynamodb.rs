@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 use super::attr::{StoredItem, from_sdk, item_from_wire, item_to_wire};
 use super::error::ServiceError;
 use super::expressions::Expressions;
-use crate::effect::{Item, Key};
+use crate::store::dynamodb::effect::{Item, Key};
 
 /// "A client request token is valid for 10 minutes after the first request
 /// that uses it is completed" (API_TransactWriteItems).

@@ -14,10 +14,10 @@ use super::dynamodb::{MemoryDynamoDb, TableKey};
 use super::sqs::{MemorySqs, QueueSpec, SentMessage, VisibilityChange};
 use crate::config::BatchConfig;
 use crate::config::{IdempotencyConfig, TableLayout};
-use crate::effect::{Item, Key};
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
 use crate::lambda::BatchService;
+use crate::store::dynamodb::effect::{Item, Key};
 
 /// How a [`TestKit`] sets up its services and runs events. Start from
 /// [`KitConfig::new`] and change the fields you need.

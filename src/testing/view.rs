@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::effect::{Effect, Item, Key, Write, WriteKind};
+use crate::store::dynamodb::effect::{Effect, Item, Key, Write, WriteKind};
 
 /// One write of an effect, as a test reads it back.
 ///

@@ -41,7 +41,7 @@ use super::{
     CommitError, CommitOutcome, Committer, FusedPut, JobRef, Plan, WriteError, classify_sdk_error,
     key_schema_attribute,
 };
-use crate::effect::{Effect, Item, Write, WriteKind};
+use crate::store::dynamodb::effect::{Effect, Item, Write, WriteKind};
 
 /// An effect that one standard write commits.
 #[derive(Debug, Clone, Copy)]

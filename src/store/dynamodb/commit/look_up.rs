@@ -36,8 +36,8 @@
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 
 use super::{CommitError, CommitOutcome, Committer, JobRef, WriteError, classify_sdk_error};
-use crate::effect::Item;
 use crate::followup::StoredMarker;
+use crate::store::dynamodb::effect::Item;
 
 impl WriteError for GetItemError {
     fn is_transient(&self) -> bool {

@@ -19,7 +19,7 @@
 use aws_sdk_dynamodb::types::CancellationReason;
 
 use super::{CommitOutcome, Plan};
-use crate::effect::Effect;
+use crate::store::dynamodb::effect::Effect;
 
 /// `outcome`, or [`CommitOutcome::Contended`] when it is a rejection and
 /// every failed condition among `reasons` is on an optimistic effect write.
@@ -55,7 +55,7 @@ pub(super) fn lost_race(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effect::{Key, Write};
+    use crate::store::dynamodb::effect::{Key, Write};
     use aws_sdk_dynamodb::types::AttributeValue;
 
     fn reason(code: &str) -> CancellationReason {

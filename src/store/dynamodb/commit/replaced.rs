@@ -12,7 +12,7 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::effect::{Effect, Item, Write, WriteKind};
+use crate::store::dynamodb::effect::{Effect, Item, Write, WriteKind};
 
 /// The rejection's reason when the item at `write`'s key (the job's fused
 /// marker) is `stored` and carries no job id.

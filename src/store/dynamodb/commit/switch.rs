@@ -28,7 +28,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::{CommitOutcome, Committer, JobRef, Plan};
-use crate::effect::{Effect, EffectError, Item, Write};
+use crate::store::dynamodb::effect::{Effect, EffectError, Item, Write};
 
 const JOB_NAME: &str = "#idemq_switch_job";
 const JOB_VALUE: &str = ":idemq_switch_job";
@@ -246,7 +246,7 @@ impl Committer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effect::Key;
+    use crate::store::dynamodb::effect::Key;
 
     fn reason(code: &str, item: Option<Item>) -> CancellationReason {
         CancellationReason::builder()

@@ -15,8 +15,6 @@
 use std::collections::HashMap;
 
 use crate::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp, FollowUpError};
-
-pub(crate) mod outbox;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck as SdkConditionCheck, Delete as SdkDelete, Put as SdkPut,
     ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update as SdkUpdate,
@@ -929,7 +927,7 @@ impl Effect {
         if self.follow_ups.is_empty() {
             return Ok(());
         }
-        let bytes = item_size(&outbox::stored(&self.follow_ups));
+        let bytes = item_size(&super::outbox::stored(&self.follow_ups));
         let item = match self.fused_marker().map(|w| (w, &w.kind)) {
             Some((w, WriteKind::Put { attributes })) => {
                 if attributes.contains_key(FOLLOW_UPS_ATTRIBUTE) {
@@ -940,7 +938,7 @@ impl Effect {
                 }
                 w.stored_size() + marker.names_len() + FUSED_MARKER_VALUES
             }
-            _ => outbox::SEPARATE_MARKER_BYTES,
+            _ => super::outbox::SEPARATE_MARKER_BYTES,
         };
         if item + bytes > MAX_ITEM_BYTES {
             return Err(FollowUpError::MarkerTooLarge {

@@ -16,7 +16,7 @@
 //! transaction, so every table written is named.
 
 use super::{CommitError, Committer};
-use crate::effect::{Effect, WriteKind};
+use crate::store::dynamodb::effect::{Effect, WriteKind};
 
 /// The permissions one commit's request needs: `(action, table)`, in
 /// request order, without repeats.
@@ -112,7 +112,7 @@ impl Committer {
 mod tests {
     use super::*;
     use crate::config::TableLayout;
-    use crate::effect::{Key, Write};
+    use crate::store::dynamodb::effect::{Key, Write};
     use aws_sdk_dynamodb::types::AttributeValue;
     use std::time::Duration;
 

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageAttributeValue;
 
-use super::Item;
+use super::effect::Item;
 use crate::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp};
 
 /// Bytes a separate marker item takes besides its follow-ups, at most: key,
