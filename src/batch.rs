@@ -42,16 +42,16 @@ use tracing::Instrument;
 
 use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
 use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
-use crate::commit::{CommitOutcome, JobRef};
+use crate::commit::{CommitError, CommitOutcome, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
-use crate::followup::{AfterCommit, FollowUp, FollowUpSender, StoredMarker};
+use crate::followup::{AfterCommit, FollowUp, FollowUpSender};
 use crate::handler::{Handler, JobError, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
 use crate::queue::{CALL_TIMEOUT, QueueInfo};
-use crate::store::dynamodb::effect::Effect;
-use crate::store::dynamodb::{Committer, LookedUp};
+use crate::store::dynamodb::{Committer, DynamoDb};
+use crate::store::{LookedUp, Settled, Store};
 
 /// One received SQS message, whichever host received it.
 #[derive(Debug, Clone)]
@@ -201,49 +201,137 @@ pub struct BatchReport {
     pub metrics: BatchMetrics,
 }
 
-/// Processes batches for one handler. Build it once per process.
+/// Processes batches for one handler and one store. Build it once per
+/// process.
 ///
-/// Generic over the handler at its edge only: the batch code behind it
-/// sees the handler as a trait object, so it is compiled once per binary,
-/// not once per handler type (a binary with several handlers, as
-/// `examples/ledger.rs` has, would otherwise carry a copy of it for each).
-pub struct Processor<H> {
+/// Generic over the handler and its store at its edge only: the batch code
+/// behind it sees the pair as a trait object, so it is compiled once per
+/// binary, not once per handler type (a binary with several handlers, as
+/// `examples/ledger.rs` has, would otherwise carry a copy of it for each),
+/// and it knows no store.
+pub struct Processor<H, S = DynamoDb> {
     core: Core,
-    _handler: PhantomData<fn() -> H>,
+    _handler: PhantomData<fn() -> (H, S)>,
 }
 
-/// A boxed handler future: what [`DynHandler::handle`] returns.
-type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<Effect, JobError>> + Send + 'a>>;
+/// A boxed future of one job's run: its handler, then its commit with its
+/// follow-ups dealt with; `Err` is the handler's own error.
+type JobFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Result<CommitOutcome, CommitError>, JobError>> + Send + 'a>>;
 
-/// A [`Handler`] with its job type erased: the payload is decoded into a
-/// boxed `H::Job`, then handled.
-trait DynHandler: Send + Sync {
+/// A boxed look-up before the handler: `None` when the job is not settled.
+type LookUpFuture<'a> =
+    Pin<Box<dyn Future<Output = Option<Result<CommitOutcome, CommitError>>> + Send + 'a>>;
+
+/// A [`Handler`] bound to its [`Store`], with the job type and the store
+/// erased: the payload is decoded into a boxed `H::Job`, then handled, and
+/// the effect committed, by the store, inside one boxed future.
+trait DynJob: Send + Sync {
     fn decode(&self, payload: &str) -> Result<Box<dyn Any + Send>, serde_json::Error>;
     /// `job` is what [`decode`](Self::decode) returned. The handler's
     /// `handle` is called when the future is first polled, so that a panic
     /// in it, even before its first `.await`, happens where it is caught.
-    fn handle(&self, job: Box<dyn Any + Send>, meta: JobMeta) -> HandlerFuture<'_>;
+    fn run<'a>(
+        &'a self,
+        job: Box<dyn Any + Send>,
+        meta: JobMeta,
+        job_ref: JobRef<'a>,
+        follow_ups: &'a FollowUpSender,
+    ) -> JobFuture<'a>;
+    /// [`Store::looks_up`].
+    fn looks_up(&self) -> bool;
+    /// [`Store::look_up`], with a settled job's follow-ups dealt with.
+    fn look_up<'a>(
+        &'a self,
+        job_ref: JobRef<'a>,
+        follow_ups: &'a FollowUpSender,
+    ) -> LookUpFuture<'a>;
+    /// [`Store::namespace_for`].
+    fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str;
 }
 
-impl<H: Handler> DynHandler for H {
+/// A handler and the store its effects commit to.
+struct Bound<H, S> {
+    handler: H,
+    store: S,
+}
+
+impl<H: Handler<S>, S: Store> DynJob for Bound<H, S> {
     fn decode(&self, payload: &str) -> Result<Box<dyn Any + Send>, serde_json::Error> {
         Ok(Box::new(serde_json::from_str::<H::Job>(payload)?))
     }
 
-    fn handle(&self, job: Box<dyn Any + Send>, meta: JobMeta) -> HandlerFuture<'_> {
+    fn run<'a>(
+        &'a self,
+        job: Box<dyn Any + Send>,
+        meta: JobMeta,
+        job_ref: JobRef<'a>,
+        follow_ups: &'a FollowUpSender,
+    ) -> JobFuture<'a> {
         Box::pin(async move {
             let job = job
                 .downcast::<H::Job>()
                 .expect("the job was decoded by the same handler");
-            Handler::handle(self, *job, meta).await
+            let effect = Handler::handle(&self.handler, *job, meta).await?;
+            // Follow-ups go out after the commit and before the
+            // acknowledgement (src/followup.rs).
+            Ok(match self.store.commit(job_ref, &effect).await {
+                Ok(settled) => Ok(after_commit(follow_ups, S::follow_ups(&effect), settled).await),
+                Err(e) => Err(e),
+            })
         })
+    }
+
+    fn looks_up(&self) -> bool {
+        self.store.looks_up()
+    }
+
+    fn look_up<'a>(
+        &'a self,
+        job_ref: JobRef<'a>,
+        follow_ups: &'a FollowUpSender,
+    ) -> LookUpFuture<'a> {
+        Box::pin(async move {
+            match self.store.look_up(job_ref).await {
+                Ok(LookedUp::Absent) => None,
+                Ok(LookedUp::Settled(settled)) => {
+                    Some(Ok(after_commit(follow_ups, &[], settled).await))
+                }
+                Err(e) => Some(Err(e)),
+            }
+        })
+    }
+
+    fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str {
+        self.store.namespace_for(queue)
     }
 }
 
-/// The batch code of a [`Processor`], the same for every handler type.
+/// A settled commit once its follow-ups are dealt with
+/// ([`FollowUpSender::after_commit`]): committed, the effect's follow-ups
+/// (`follow_ups`) are sent; a duplicate re-sends those its stored marker
+/// carries. A follow-up not sent turns the outcome into a transient
+/// failure, so the job is not acknowledged.
+async fn after_commit(
+    sender: &FollowUpSender,
+    follow_ups: &[FollowUp],
+    Settled { outcome, stored }: Settled,
+) -> CommitOutcome {
+    let settled = match (&outcome, stored) {
+        (CommitOutcome::Committed, _) => AfterCommit::Committed(follow_ups),
+        (CommitOutcome::Duplicate, Some(marker)) => AfterCommit::Duplicate(marker),
+        _ => return outcome,
+    };
+    match sender.after_commit(settled).await {
+        Ok(()) => outcome,
+        Err(reason) => CommitOutcome::Transient { reason },
+    }
+}
+
+/// The batch code of a [`Processor`], the same for every handler type and
+/// every store.
 struct Core {
-    handler: Box<dyn DynHandler>,
-    committer: Committer,
+    job: Box<dyn DynJob>,
     dead_letters: DeadLetters,
     sqs: aws_sdk_sqs::Client,
     resolver: JobIdResolver,
@@ -255,10 +343,13 @@ struct Core {
 }
 
 impl<H: Handler> Processor<H> {
-    /// A processor for `handler`: commits through `committer`, records
-    /// failures and sends dead letters through `dead_letters`, sets
-    /// visibility with `sqs`, finds job ids with `resolver`. Hosts build it
-    /// once per process ([`crate::host::Host::from_clients`]).
+    /// A processor for `handler` on DynamoDB: commits through `committer`,
+    /// records failures and sends dead letters through `dead_letters`,
+    /// sets visibility with `sqs`, finds job ids with `resolver`. Hosts
+    /// build it once per process ([`crate::host::Host::from_clients`]).
+    ///
+    /// Jobs are weighed against the TTL `dead_letters` keeps its records
+    /// for ([`Processor::with_marker_ttl`] to set another).
     pub fn new(
         handler: H,
         committer: Committer,
@@ -267,11 +358,36 @@ impl<H: Handler> Processor<H> {
         resolver: JobIdResolver,
         config: BatchConfig,
     ) -> Self {
+        let marker_ttl = dead_letters.marker_ttl();
+        Processor::with_store(
+            handler,
+            DynamoDb::new(committer),
+            dead_letters,
+            sqs,
+            resolver,
+            config,
+        )
+        .with_marker_ttl(marker_ttl)
+    }
+}
+
+impl<H: Handler<S>, S: Store> Processor<H, S> {
+    /// A processor for `handler`, whose effects `store` commits: records
+    /// failures and sends dead letters through `dead_letters`, sets
+    /// visibility with `sqs`, finds job ids with `resolver`. Jobs are
+    /// weighed against the store's marker TTL.
+    pub fn with_store(
+        handler: H,
+        store: S,
+        dead_letters: DeadLetters,
+        sqs: aws_sdk_sqs::Client,
+        resolver: JobIdResolver,
+        config: BatchConfig,
+    ) -> Self {
         Self {
             core: Core {
-                handler: Box::new(handler),
-                committer,
-                marker_ttl: dead_letters.marker_ttl(),
+                marker_ttl: store.marker_ttl(),
+                job: Box::new(Bound { handler, store }),
                 dead_letters,
                 follow_ups: FollowUpSender::new(sqs.clone()),
                 sqs,
@@ -295,9 +411,7 @@ impl<H: Handler> Processor<H> {
 
     /// This processor, weighing each job's age against `marker_ttl`: a
     /// job first enqueued that long ago or more is not run
-    /// ([`crate::horizon`]). By default the TTL `dead_letters` keeps its
-    /// records for, which hosts build from the same `IDEMQ_MARKER_TTL` as
-    /// the committer's markers; set it when the two differ.
+    /// ([`crate::horizon`]). By default the store's marker TTL.
     pub fn with_marker_ttl(mut self, marker_ttl: Duration) -> Self {
         self.core.marker_ttl = marker_ttl;
         self
@@ -493,7 +607,7 @@ impl Core {
                     job_id: id.clone(),
                     attempt: msg.receive_count,
                     queue: queue.name.clone(),
-                    namespace: self.committer.layout().namespace_for(&queue.name).into(),
+                    namespace: self.job.namespace_for(&queue.name).into(),
                     queue_url: queue.url.clone(),
                     message_id: msg.message_id.clone(),
                     deadline,
@@ -565,16 +679,12 @@ impl Core {
         budget: &Budget,
         contended: &AtomicU64,
     ) -> Attempt {
-        if self.committer.looks_up() {
-            match self.committer.look_up(job_ref).await {
-                Ok(LookedUp::Absent) => {}
-                Ok(LookedUp::Settled(outcome, stored)) => {
-                    return Attempt::Commit(Ok(self.after_commit(&[], outcome, stored).await));
-                }
-                Err(e) => return Attempt::Commit(Err(e)),
-            }
+        if self.job.looks_up()
+            && let Some(settled) = self.job.look_up(job_ref, &self.follow_ups).await
+        {
+            return Attempt::Commit(settled);
         }
-        let mut decoded = match self.handler.decode(payload) {
+        let mut decoded = match self.job.decode(payload) {
             Ok(job) => Some(job),
             Err(e) => return Attempt::Undecodable(e),
         };
@@ -585,53 +695,20 @@ impl Core {
             budget.start_by,
             contended,
             || {
-                let job = decoded
-                    .take()
-                    .map_or_else(|| self.handler.decode(payload), Ok);
+                let job = decoded.take().map_or_else(|| self.job.decode(payload), Ok);
                 let meta = meta.clone();
                 async move {
                     let job = job.map_err(Attempt::Undecodable)?;
-                    let effect = self
-                        .handler
-                        .handle(job, meta)
+                    self.job
+                        .run(job, meta, job_ref, &self.follow_ups)
                         .await
-                        .map_err(Attempt::Handler)?;
-                    // Follow-ups go out after the commit and before the
-                    // acknowledgement (src/followup.rs).
-                    Ok(match self.committer.settle(job_ref, &effect).await {
-                        Ok((outcome, stored)) => Ok(self
-                            .after_commit(effect.follow_ups(), outcome, stored)
-                            .await),
-                        Err(e) => Err(e),
-                    })
+                        .map_err(Attempt::Handler)
                 }
             },
         );
         match work.await {
             Err(attempt) => attempt,
             Ok(commit) => Attempt::Commit(commit),
-        }
-    }
-
-    /// A settled commit once its follow-ups are dealt with
-    /// ([`FollowUpSender::after_commit`]): committed, the effect's
-    /// follow-ups (`follow_ups`) are sent; a duplicate re-sends those its
-    /// stored marker carries. A follow-up not sent turns the outcome into a
-    /// transient failure, so the job is not acknowledged.
-    async fn after_commit(
-        &self,
-        follow_ups: &[FollowUp],
-        outcome: CommitOutcome,
-        stored: Option<StoredMarker>,
-    ) -> CommitOutcome {
-        let settled = match (&outcome, stored) {
-            (CommitOutcome::Committed, _) => AfterCommit::Committed(follow_ups),
-            (CommitOutcome::Duplicate, Some(marker)) => AfterCommit::Duplicate(marker),
-            _ => return outcome,
-        };
-        match self.follow_ups.after_commit(settled).await {
-            Ok(()) => outcome,
-            Err(reason) => CommitOutcome::Transient { reason },
         }
     }
 

@@ -406,9 +406,11 @@ pub(crate) fn horizon(marker_ttl: Duration) -> Duration {
 }
 
 /// A duplicate's marker as stored, with what deciding on its follow-ups
-/// needs (the store reads it; [`FollowUpSender::after_commit`] decides).
+/// needs: the store reads it, and the batch re-sends the follow-ups it
+/// carries while its commit is within the horizon (the module doc). Only
+/// a store builds one.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StoredMarker {
+pub struct StoredMarker {
     /// The follow-ups the marker stores, as the store decoded them; an
     /// `Err` says why they could not be (a transient failure: the marker
     /// is not one idemq wrote as it is now).

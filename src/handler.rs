@@ -12,7 +12,8 @@ use tokio::time::Instant;
 use serde::de::DeserializeOwned;
 
 use crate::job::JobId;
-use crate::store::dynamodb::effect::Effect;
+use crate::store::Store;
+use crate::store::dynamodb::{DynamoDb, Effect};
 
 /// Any error a handler wants to report, with its source chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -170,13 +171,18 @@ impl JobMeta {
 
 /// A job handler. Implement it, or wrap an async closure with
 /// [`handler_fn`].
-pub trait Handler: Send + Sync + 'static {
+///
+/// `S` is the store its effects commit to ([`crate::store`]); by default
+/// DynamoDB, whose effect is [`Effect`], so `impl Handler for MyHandler`
+/// returning `Result<Effect, JobError>` is a DynamoDB handler.
+pub trait Handler<S: Store = DynamoDb>: Send + Sync + 'static {
     /// The job payload, decoded from the message body as JSON. A body that
     /// does not decode is a permanent error, sent to the DLQ.
     type Job: DeserializeOwned + Send + 'static;
 
-    /// Handles one job: its [`Effect`] is committed with the dedup marker
-    /// in one transaction; an `Err` says whether to retry ([`JobError`]).
+    /// Handles one job: its effect ([`Effect`] on DynamoDB) is committed
+    /// with the dedup marker in one transaction of the store; an `Err` says
+    /// whether to retry ([`JobError`]).
     /// Called again for every delivery that finds no marker, so it must not
     /// have side effects outside the effect (or must key them with
     /// [`JobMeta::downstream_key`]).
@@ -184,7 +190,7 @@ pub trait Handler: Send + Sync + 'static {
         &self,
         job: Self::Job,
         meta: JobMeta,
-    ) -> impl Future<Output = Result<Effect, JobError>> + Send;
+    ) -> impl Future<Output = Result<S::Effect, JobError>> + Send;
 }
 
 /// A [`Handler`] made from an async closure.

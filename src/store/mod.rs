@@ -1,5 +1,125 @@
 //! Systems of record: where a job's marker is committed with its effect.
 //!
-//! - [`dynamodb`]: DynamoDB, one `TransactWriteItems` per job.
+//! The rule idemq is built on is that the dedup marker lives in the same
+//! system of record as the job's effect and is committed in the same
+//! transaction. A [`Store`] is one such system: it commits a job's marker
+//! with the effect its handler returned and says what happened
+//! ([`CommitOutcome`]), reads a job's marker before its handler runs
+//! ([`Store::look_up`]) and after ([`Store::read_marker`]). The batch
+//! (classification, backoff, the batch response, dead letters, follow-up
+//! sends, metrics) knows no store; it sees one only through this trait.
+//!
+//! - [`dynamodb`]: DynamoDB, one `TransactWriteItems` per job
+//!   ([`DynamoDb`]).
+//!
+//! The trait is sealed for now: a store must pass the same conformance
+//! tests as the built-in ones before it can promise what they promise.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::commit::{CommitError, CommitOutcome, JobRef, Marker};
+use crate::followup::{FollowUp, StoredMarker};
+use crate::job::JobId;
 
 pub mod dynamodb;
+
+pub use dynamodb::DynamoDb;
+
+/// A system of record that commits a job's marker with its effect,
+/// atomically.
+///
+/// Every method is safe to call concurrently, for different jobs and for
+/// the same one: two deliveries of a job may both run their handler, and
+/// exactly one commit applies its effect, the other being a
+/// [`CommitOutcome::Duplicate`] (no lease, no lock held across a handler).
+pub trait Store: sealed::Sealed + Send + Sync + 'static {
+    /// What a handler returns: the writes that are its result, in this
+    /// store's terms, with the follow-up jobs to send once they commit.
+    type Effect: Send + Sync + 'static;
+
+    /// The follow-up jobs `effect` carries ([`crate::followup`]).
+    fn follow_ups(effect: &Self::Effect) -> &[FollowUp];
+
+    /// The consumer's namespace for jobs received from `queue` (a name or
+    /// a URL): what its markers, failure records and downstream keys are
+    /// keyed by.
+    fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str;
+
+    /// Whether [`look_up`](Self::look_up) reads anything for a job at this
+    /// moment; when not, the batch does not call it.
+    fn looks_up(&self) -> bool;
+
+    /// The job's marker, read before its handler runs: a job already
+    /// committed is settled without running the handler.
+    fn look_up(
+        &self,
+        job: JobRef<'_>,
+    ) -> impl Future<Output = Result<LookedUp, CommitError>> + Send;
+
+    /// Commits `effect` and the job's marker in one transaction of the
+    /// store, and says what happened; for a duplicate, with the marker as
+    /// stored (its follow-ups are sent again within the horizon).
+    fn commit(
+        &self,
+        job: JobRef<'_>,
+        effect: &Self::Effect,
+    ) -> impl Future<Output = Result<Settled, CommitError>> + Send;
+
+    /// The marker of job `job_id` as committed from `queue`, if any.
+    fn read_marker(
+        &self,
+        queue: &str,
+        job_id: &JobId,
+    ) -> impl Future<Output = Result<Option<Marker>, CommitError>> + Send;
+
+    /// How long this store keeps markers: a job first enqueued that long
+    /// ago or more is not run ([`crate::horizon`]).
+    fn marker_ttl(&self) -> Duration;
+}
+
+/// A settled commit: its outcome and, for a duplicate, the marker as
+/// stored.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Settled {
+    /// What happened.
+    pub outcome: CommitOutcome,
+    /// For a [`CommitOutcome::Duplicate`], the marker as stored (with the
+    /// follow-ups it carries), when the store read it.
+    pub stored: Option<StoredMarker>,
+}
+
+impl Settled {
+    /// `outcome`, without a stored marker.
+    pub fn new(outcome: CommitOutcome) -> Self {
+        Self {
+            outcome,
+            stored: None,
+        }
+    }
+
+    /// A duplicate, with the marker as stored.
+    pub(crate) fn duplicate(stored: StoredMarker) -> Self {
+        Self {
+            outcome: CommitOutcome::Duplicate,
+            stored: Some(stored),
+        }
+    }
+}
+
+/// What a look-up before the handler found.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LookedUp {
+    /// No marker of this job: run the handler and commit.
+    Absent,
+    /// The job is settled without its handler: a duplicate (with the
+    /// marker as stored) or a conflict, or the read failed transiently.
+    Settled(Settled),
+}
+
+mod sealed {
+    /// Only idemq's own stores implement [`super::Store`].
+    pub trait Sealed {}
+}

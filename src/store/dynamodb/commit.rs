@@ -33,6 +33,7 @@ use crate::commit::{CommitError, CommitOutcome, JobRef, Marker};
 use crate::config::{LegacyMarkers, TableLayout};
 use crate::followup::StoredMarker;
 use crate::job::{JobId, PayloadHash};
+use crate::store::Settled;
 
 mod contention;
 mod deployment;
@@ -40,8 +41,6 @@ mod look_up;
 mod replaced;
 mod single;
 mod switch;
-
-pub(crate) use look_up::LookedUp;
 
 /// Commits effects with their markers. Cheap to clone; build one per
 /// process and share it.
@@ -86,6 +85,11 @@ impl Committer {
         self
     }
 
+    /// How long its markers live.
+    pub fn marker_ttl(&self) -> Duration {
+        self.marker_ttl
+    }
+
     /// The idemq table's layout.
     pub fn layout(&self) -> &TableLayout {
         &self.layout
@@ -122,10 +126,13 @@ impl Committer {
         &self,
         job: JobRef<'_>,
         effect: &Effect,
-    ) -> Result<(CommitOutcome, Option<StoredMarker>), CommitError> {
+    ) -> Result<Settled, CommitError> {
         let mut stored = None;
         let outcome = self.commit_into(job, effect, &mut stored).await?;
-        Ok((outcome, stored.map(|item| self.stored_marker(job, item))))
+        Ok(Settled {
+            outcome,
+            stored: stored.map(|item| self.stored_marker(job, item)),
+        })
     }
 
     /// A duplicate's marker item, with its commit time and this consumer's

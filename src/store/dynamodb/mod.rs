@@ -7,16 +7,80 @@
 //!   DynamoDB's limits on them;
 //! - `outbox`: follow-up jobs stored in the marker item.
 
+use std::time::Duration;
+
+use crate::commit::{CommitError, JobRef, Marker};
+use crate::followup::FollowUp;
+use crate::job::JobId;
+use crate::store::{LookedUp, Settled, Store, sealed};
+
 pub mod commit;
 pub mod effect;
 mod outbox;
 
 pub use commit::Committer;
-pub(crate) use commit::LookedUp;
 pub use effect::{Effect, EffectError, Key, Write};
 
-impl From<EffectError> for crate::commit::CommitError {
+impl From<EffectError> for CommitError {
     fn from(e: EffectError) -> Self {
         Self::Effect(crate::commit::InvalidEffect::new(e))
+    }
+}
+
+/// DynamoDB as a [`Store`]: markers, effects and follow-ups committed by a
+/// [`Committer`], in the tables its [`TableLayout`](crate::TableLayout)
+/// names.
+#[derive(Debug, Clone)]
+pub struct DynamoDb {
+    committer: Committer,
+}
+
+impl DynamoDb {
+    /// The store that commits through `committer`.
+    pub fn new(committer: Committer) -> Self {
+        Self { committer }
+    }
+
+    /// The committer behind this store.
+    pub fn committer(&self) -> &Committer {
+        &self.committer
+    }
+}
+
+impl sealed::Sealed for DynamoDb {}
+
+impl Store for DynamoDb {
+    type Effect = Effect;
+
+    fn follow_ups(effect: &Effect) -> &[FollowUp] {
+        effect.follow_ups()
+    }
+
+    fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str {
+        self.committer.layout().namespace_for(queue)
+    }
+
+    fn looks_up(&self) -> bool {
+        self.committer.looks_up()
+    }
+
+    async fn look_up(&self, job: JobRef<'_>) -> Result<LookedUp, CommitError> {
+        self.committer.look_up(job).await
+    }
+
+    async fn commit(&self, job: JobRef<'_>, effect: &Effect) -> Result<Settled, CommitError> {
+        self.committer.settle(job, effect).await
+    }
+
+    async fn read_marker(
+        &self,
+        queue: &str,
+        job_id: &JobId,
+    ) -> Result<Option<Marker>, CommitError> {
+        self.committer.read_marker(queue, job_id).await
+    }
+
+    fn marker_ttl(&self) -> Duration {
+        self.committer.marker_ttl()
     }
 }

@@ -36,8 +36,8 @@
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 
 use super::{CommitError, CommitOutcome, Committer, JobRef, WriteError, classify_sdk_error};
-use crate::followup::StoredMarker;
 use crate::store::dynamodb::effect::Item;
+use crate::store::{LookedUp, Settled};
 
 impl WriteError for GetItemError {
     fn is_transient(&self) -> bool {
@@ -52,22 +52,11 @@ impl WriteError for GetItemError {
     }
 }
 
-/// What a look-up found: the job settled without its handler (a duplicate,
-/// with the marker as stored, or a conflict), or nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum LookedUp {
-    /// No marker of this job: run the handler and commit.
-    Absent,
-    /// The job is settled: its outcome, and for a duplicate the marker as
-    /// stored (its follow-ups are sent again within the horizon).
-    Settled(CommitOutcome, Option<StoredMarker>),
-}
-
 impl Committer {
     /// Whether [`Committer::look_up`] reads anything for a job at this
     /// moment: the marker first ([`Committer::with_marker_first`]), or a
     /// legacy marker.
-    pub(crate) fn looks_up(&self) -> bool {
+    pub fn looks_up(&self) -> bool {
         self.marker_first || self.legacy.read_at(crate::clock::now())
     }
 
@@ -77,7 +66,7 @@ impl Committer {
     /// read is the job's failure (transient, or a deployment error that
     /// names the permission): running the handler without knowing whether
     /// the job was done is what the look-up is there to avoid.
-    pub(crate) async fn look_up(&self, job: JobRef<'_>) -> Result<LookedUp, CommitError> {
+    pub async fn look_up(&self, job: JobRef<'_>) -> Result<LookedUp, CommitError> {
         let ours = async {
             if !self.marker_first {
                 return Ok(None);
@@ -97,7 +86,7 @@ impl Committer {
             (Ok(a), Ok(b)) => (a, b),
             (Err(Err(e)), _) | (_, Err(Err(e))) => return Err(e),
             (Err(Ok(outcome)), _) | (_, Err(Ok(outcome))) => {
-                return Ok(LookedUp::Settled(outcome, None));
+                return Ok(LookedUp::Settled(Settled::new(outcome)));
             }
         };
         if let Some(item) = ours {
@@ -135,16 +124,12 @@ impl Committer {
     /// this delivery's, else a conflict (never a silent skip).
     fn settle_found(&self, job: JobRef<'_>, item: Item) -> LookedUp {
         match self.parse_marker(&item) {
-            Some(m) if &m.payload_hash == job.payload_hash => LookedUp::Settled(
-                CommitOutcome::Duplicate,
-                Some(self.stored_marker(job, item)),
-            ),
-            Some(m) => LookedUp::Settled(
-                CommitOutcome::Conflict {
-                    stored_hash: m.payload_hash,
-                },
-                None,
-            ),
+            Some(m) if &m.payload_hash == job.payload_hash => {
+                LookedUp::Settled(Settled::duplicate(self.stored_marker(job, item)))
+            }
+            Some(m) => LookedUp::Settled(Settled::new(CommitOutcome::Conflict {
+                stored_hash: m.payload_hash,
+            })),
             // Not a marker idemq wrote (no job id or hash): leave it to the
             // commit, whose condition reports it.
             None => LookedUp::Absent,
