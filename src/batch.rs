@@ -231,7 +231,7 @@ trait DynJob: Send + Sync {
     /// `job` is what [`decode`](Self::decode) returned. The handler's
     /// `handle` is called when the future is first polled, so that a panic
     /// in it, even before its first `.await`, happens where it is caught.
-    fn run<'a>(
+    fn handle_and_commit<'a>(
         &'a self,
         job: Box<dyn Any + Send>,
         meta: JobMeta,
@@ -261,7 +261,7 @@ impl<H: Handler<S>, S: Store> DynJob for Bound<H, S> {
         Ok(Box::new(serde_json::from_str::<H::Job>(payload)?))
     }
 
-    fn run<'a>(
+    fn handle_and_commit<'a>(
         &'a self,
         job: Box<dyn Any + Send>,
         meta: JobMeta,
@@ -700,7 +700,7 @@ impl Core {
                 async move {
                     let job = job.map_err(Attempt::Undecodable)?;
                     self.job
-                        .run(job, meta, job_ref, &self.follow_ups)
+                        .handle_and_commit(job, meta, job_ref, &self.follow_ups)
                         .await
                         .map_err(Attempt::Handler)
                 }

@@ -15,10 +15,15 @@
 //! The trait is sealed for now: a store must pass the same conformance
 //! tests as the built-in ones before it can promise what they promise.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use crate::commit::{CommitError, CommitOutcome, JobRef, Marker};
+use crate::failure::{DlqError, FailureRecord, LetterKey};
 use crate::followup::{FollowUp, StoredMarker};
 use crate::job::JobId;
 
@@ -117,6 +122,35 @@ pub enum LookedUp {
     /// The job is settled without its handler: a duplicate (with the
     /// marker as stored) or a conflict, or the read failed transiently.
     Settled(Settled),
+}
+
+/// Where a store keeps failure records: why each failed job last failed,
+/// for the dead-letter tools ([`crate::dead_letter`], [`crate::dlq`]).
+///
+/// Object-safe: the batch and the tools hold one as
+/// `Arc<dyn FailureRecords>`. A read looks for a record under the
+/// consumer's namespace, or, when the layout sets none, under those of
+/// `sources` (the source queues' names), then where an earlier version
+/// wrote it.
+pub trait FailureRecords: Send + Sync + fmt::Debug {
+    /// Stores `rec`, replacing the job's previous record.
+    fn record_failure<'a>(&'a self, rec: &'a FailureRecord) -> BoxFuture<'a, Result<(), DlqError>>;
+
+    /// The record of a job (or, with `job_id` `None`, of a message without
+    /// a valid job id), if any.
+    fn read_failure<'a>(
+        &'a self,
+        sources: &'a [String],
+        job_id: Option<&'a str>,
+        message_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<FailureRecord>, DlqError>>;
+
+    /// The records of many dead letters, keyed as asked.
+    fn read_failures<'a>(
+        &'a self,
+        sources: &'a [String],
+        wanted: &'a [LetterKey],
+    ) -> BoxFuture<'a, Result<HashMap<LetterKey, FailureRecord>, DlqError>>;
 }
 
 mod sealed {

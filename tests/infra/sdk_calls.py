@@ -16,8 +16,13 @@ is never kept by hand. How:
 
 Function-level rather than module-level, because modules mix both sides:
 src/init.rs is the CLI's `idemq init` but also has `retention()`, which the
-function uses; src/dead_letter.rs writes failure records for the function and
-reads them in bulk for `idemq dlq`.
+function uses; src/store/dynamodb/failure_table.rs writes failure records for
+the function and reads them in bulk for `idemq dlq`.
+
+A method call is matched by its name (and whether it takes arguments), not by
+its receiver's type, so a trait object's method is followed to every method of
+that name: give the batch's own trait methods names no other type uses (a
+`.run(..)` in the batch once reached `idemq dlq redrive`'s `run`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 //!   before the handler, the single-write fast path, marker-form switches;
 //! - [`effect`]: the handler's writes ([`Effect`], [`Write`], [`Key`]) and
 //!   DynamoDB's limits on them;
-//! - `outbox`: follow-up jobs stored in the marker item.
+//! - `outbox`: follow-up jobs stored in the marker item;
+//! - [`FailureTable`]: failure records, next to the markers.
 
 use std::time::Duration;
 
@@ -16,10 +17,12 @@ use crate::store::{LookedUp, Settled, Store, sealed};
 
 pub mod commit;
 pub mod effect;
+mod failure_table;
 mod outbox;
 
 pub use commit::Committer;
 pub use effect::{Effect, EffectError, Key, Write};
+pub use failure_table::FailureTable;
 
 impl From<EffectError> for CommitError {
     fn from(e: EffectError) -> Self {
