@@ -8,20 +8,22 @@ use crate::config::{BatchConfig, IdempotencyConfig, TableLayout};
 use crate::dead_letter::DeadLetters;
 use crate::handler::Handler;
 use crate::queue::QueueInfo;
-use crate::store::dynamodb::Committer;
+use crate::store::Store;
+use crate::store::dynamodb::{Committer, DynamoDb};
 
 /// Any error that stops a host from starting or running.
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What a host builds once per process: the SQS client and the batch
-/// [`Processor`] (handler, committer, dead-letter writer, settings).
+/// [`Processor`] (handler, store, dead-letter writer, settings).
 ///
 /// `lambda::BatchService::from_host` (feature `lambda`) and
 /// `worker::serve` (feature `worker`) run batches through it; build one
-/// yourself with [`Host::from_clients`] to bring SDK clients of your own.
-pub struct Host<H> {
+/// yourself with [`Host::from_clients`] to bring SDK clients of your own,
+/// or with [`Host::with_store`] for a store built elsewhere.
+pub struct Host<H, S = DynamoDb> {
     pub(crate) sqs: aws_sdk_sqs::Client,
-    pub(crate) processor: Processor<H>,
+    pub(crate) processor: Processor<H, S>,
     marker_ttl: Duration,
 }
 
@@ -66,24 +68,43 @@ impl<H: Handler> Host<H> {
             .with_legacy_markers(behaviour.legacy_markers)
             .with_marker_first(behaviour.read_marker_first);
         let dead_letters = DeadLetters::new(ddb, sqs.clone(), layout, behaviour.marker_ttl);
-        let processor = Processor::new(
+        Self::with_store(
             handler,
-            committer,
+            DynamoDb::new(committer),
             dead_letters,
-            sqs.clone(),
+            sqs,
             behaviour.job_id,
             batch,
         )
-        .with_marker_ttl(behaviour.marker_ttl);
+    }
+}
+
+impl<H: Handler<S>, S: Store> Host<H, S> {
+    /// A host whose handler's effects `store` commits, with failure
+    /// records and dead letters through `dead_letters`, SQS calls through
+    /// `sqs`, job ids found by `resolver`. Jobs are weighed against the
+    /// store's marker TTL, which must also outlive the queues' copies
+    /// ([`Host::discover`]).
+    pub fn with_store(
+        handler: H,
+        store: S,
+        dead_letters: DeadLetters,
+        sqs: aws_sdk_sqs::Client,
+        resolver: crate::job::JobIdResolver,
+        batch: BatchConfig,
+    ) -> Self {
+        let marker_ttl = store.marker_ttl();
+        let processor =
+            Processor::with_store(handler, store, dead_letters, sqs.clone(), resolver, batch);
         Self {
             sqs,
             processor,
-            marker_ttl: behaviour.marker_ttl,
+            marker_ttl,
         }
     }
 
     /// The batch processor: runs one batch to its report.
-    pub fn processor(&self) -> &Processor<H> {
+    pub fn processor(&self) -> &Processor<H, S> {
         &self.processor
     }
 

@@ -33,6 +33,8 @@ use crate::config::BatchConfig;
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
 use crate::queue::{QueueInfo, url_of_arn};
+use crate::store::Store;
+use crate::store::dynamodb::DynamoDb;
 
 /// Lambda's longest `MaximumBatchingWindowInSeconds` for SQS.
 const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
@@ -71,18 +73,18 @@ pub async fn run<H: Handler>(handler: H) -> Result<(), HostError> {
 /// a message id, a queue that cannot be described) fails the whole
 /// invocation, and Lambda retries the whole batch; the dedup markers make
 /// that safe. Cloning is cheap: clones share the clients and the queue cache.
-pub struct BatchService<H> {
-    inner: Arc<Inner<H>>,
+pub struct BatchService<H, S = DynamoDb> {
+    inner: Arc<Inner<H, S>>,
 }
 
-struct Inner<H> {
-    host: Host<H>,
+struct Inner<H, S> {
+    host: Host<H, S>,
     /// Queue facts (DLQ, maxReceiveCount, retention) by source ARN, read on
     /// a queue's first batch.
     queues: Mutex<HashMap<String, Arc<QueueInfo>>>,
 }
 
-impl<H> Clone for BatchService<H> {
+impl<H, S> Clone for BatchService<H, S> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
@@ -90,7 +92,7 @@ impl<H> Clone for BatchService<H> {
     }
 }
 
-impl<H> std::fmt::Debug for BatchService<H> {
+impl<H, S> std::fmt::Debug for BatchService<H, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchService").finish_non_exhaustive()
     }
@@ -104,10 +106,12 @@ impl<H: Handler> BatchService<H> {
         let host = Host::from_sdk_config(handler, sdk_config, None, BatchConfig::from_env()?)?;
         Ok(Self::from_host(host))
     }
+}
 
+impl<H: Handler<S>, S: Store> BatchService<H, S> {
     /// A service over a host built elsewhere ([`Host::from_clients`]: your
     /// own clients and settings, no environment read).
-    pub fn from_host(host: Host<H>) -> Self {
+    pub fn from_host(host: Host<H, S>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 host,
@@ -117,7 +121,7 @@ impl<H: Handler> BatchService<H> {
     }
 }
 
-impl<H: Handler> Service<LambdaEvent<SqsEvent>> for BatchService<H> {
+impl<H: Handler<S>, S: Store> Service<LambdaEvent<SqsEvent>> for BatchService<H, S> {
     type Response = SqsBatchResponse;
     type Error = HostError;
     type Future = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, HostError>> + Send>>;
@@ -134,8 +138,8 @@ impl<H: Handler> Service<LambdaEvent<SqsEvent>> for BatchService<H> {
     }
 }
 
-async fn handle<H: Handler>(
-    host: &Host<H>,
+async fn handle<H: Handler<S>, S: Store>(
+    host: &Host<H, S>,
     queues: &Mutex<HashMap<String, Arc<QueueInfo>>>,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, HostError> {
@@ -172,8 +176,8 @@ async fn handle<H: Handler>(
     Ok(response)
 }
 
-async fn queue_info<H: Handler>(
-    host: &Host<H>,
+async fn queue_info<H: Handler<S>, S: Store>(
+    host: &Host<H, S>,
     queues: &Mutex<HashMap<String, Arc<QueueInfo>>>,
     arn: &str,
 ) -> Result<Arc<QueueInfo>, HostError> {
