@@ -153,6 +153,50 @@ pub trait FailureRecords: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<HashMap<LetterKey, FailureRecord>, DlqError>>;
 }
 
+/// A store's schema, created if missing or verified if present, in the
+/// same way every time (`idemq init`).
+pub trait Provision: Send + Sync {
+    /// Creates or verifies the schema. A difference that makes the store
+    /// unusable is an error; one that falls short of what the templates
+    /// create (encryption, backups, …) is pushed to `violations`.
+    fn provision<'a>(
+        &'a self,
+        violations: &'a mut Vec<String>,
+    ) -> BoxFuture<'a, Result<Provisioned, ProvisionError>>;
+}
+
+/// What [`Provision::provision`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioned {
+    /// The schema's resource, as `idemq init` names it (`table idemq`).
+    pub name: String,
+    /// Whether it was created now (false: it existed and was verified).
+    pub created: bool,
+}
+
+/// Why a store's schema could not be created or verified.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// It exists with a different setting than asked for.
+    #[error("{resource} exists with {attribute} = {found}, but {expected} was asked for")]
+    Mismatch {
+        /// The resource.
+        resource: String,
+        /// The setting.
+        attribute: &'static str,
+        /// What was asked for.
+        expected: String,
+        /// What it has.
+        found: String,
+    },
+    /// A call to the store failed.
+    #[error("{0}")]
+    Store(String),
+    /// The resource (name) was not ready within the wait (duration).
+    #[error("{0} was not ready within {1:?}")]
+    NotReady(String, Duration),
+}
+
 mod sealed {
     /// Only idemq's own stores implement [`super::Store`].
     pub trait Sealed {}

@@ -6,7 +6,9 @@
 //! - [`effect`]: the handler's writes ([`Effect`], [`Write`], [`Key`]) and
 //!   DynamoDB's limits on them;
 //! - `outbox`: follow-up jobs stored in the marker item;
-//! - [`FailureTable`]: failure records, next to the markers.
+//! - [`FailureTable`]: failure records, next to the markers;
+//! - [`TableProvisioner`]: the table, created as the templates create it
+//!   (`idemq init`).
 
 use std::time::Duration;
 
@@ -19,10 +21,12 @@ pub mod commit;
 pub mod effect;
 mod failure_table;
 mod outbox;
+mod provision;
 
 pub use commit::Committer;
 pub use effect::{Effect, EffectError, Key, Write};
 pub use failure_table::FailureTable;
+pub use provision::{TableProtection, TableProvisioner};
 
 impl From<EffectError> for CommitError {
     fn from(e: EffectError) -> Self {
