@@ -667,7 +667,7 @@ impl Core {
     }
 
     /// A job with a valid id: its marker looked up first when the committer
-    /// reads markers before the handler (src/commit/look_up.rs: a job
+    /// reads markers before the handler (src/store/dynamodb/commit/look_up.rs: a job
     /// already committed is settled without running its handler, and its
     /// stored follow-ups are re-sent), then decoded, handled and committed,
     /// a lost race re-running it within this invocation.

@@ -3,15 +3,18 @@
 //! SQS delivers every message at least once. idemq makes the second delivery
 //! harmless: a handler returns its result as an [`Effect`] (DynamoDB writes),
 //! and idemq commits a dedup marker and that effect in one
-//! `TransactWriteItems` ([`commit`]). A redelivered job finds its marker and
-//! is acknowledged as a duplicate; a crash leaves either both or neither.
+//! `TransactWriteItems` ([`Committer`]). A redelivered job finds its marker
+//! and is acknowledged as a duplicate; a crash leaves either both or
+//! neither. The system of record is a [`store`]: DynamoDB today, behind a
+//! seam that the batch sees it through.
 //!
 //! Where things live. Writing a handler:
 //! - [`handler`]: the [`Handler`](handler::Handler) trait,
 //!   [`handler_fn`](handler::handler_fn),
 //!   [`JobError`](handler::JobError) (retry intent) and
 //!   [`JobMeta`](handler::JobMeta);
-//! - [`effect`]: the typed builder for a job's writes and its limits;
+//! - [`effect`]: the typed builder for a job's writes and its limits (on
+//!   DynamoDB; `src/store/dynamodb/effect.rs`);
 //! - [`job`]: the job id (attribute, body pointer or `MessageId`), the
 //!   payload hash and downstream idempotency keys;
 //! - [`envelope`]: jobs that arrive wrapped in an SNS notification or an
@@ -37,7 +40,12 @@
 //! - [`horizon`]: how long after its first enqueue a job can still be
 //!   applied once (its markers' lifetime), which the consumer and the
 //!   tools that copy dead letters both weigh;
-//! - [`commit`]: the dedup transaction and its outcomes;
+//! - [`store`]: the seam a system of record implements ([`store::Store`]:
+//!   commit, look-up, marker read; failure records; schema), and
+//!   [`store::dynamodb`]: the dedup transaction ([`Committer`]), failure
+//!   records and the table, on DynamoDB;
+//! - [`commit`]: what a commit can end in, whichever store made it;
+//! - [`failure`]: why a job failed, and the record kept of it;
 //! - [`backoff`]: retry delays (exponential, full jitter) and the check
 //!   that retries fit the queue's retention;
 //! - [`queue`]: what idemq reads of a source queue, and the SQS calls

@@ -1,4 +1,4 @@
-//! The marker look-up before the handler (src/commit/look_up.rs), through
+//! The marker look-up before the handler (src/store/dynamodb/commit/look_up.rs), through
 //! the real Lambda batch service against the in-memory DynamoDB and SQS of
 //! `idemq::testing`: a job already committed is settled without running
 //! its handler again (its external effects are not repeated, whatever the

@@ -9,7 +9,7 @@
 //!   of two items, no marker item;
 //! - [`Shape::FusedSingle`]: the counter itself, put with `n = 1`, is the
 //!   marker and the whole effect: one conditional `PutItem`
-//!   (src/commit/single.rs);
+//!   (src/store/dynamodb/commit/single.rs);
 //! - [`Shape::FollowUp`]: the counter, a separate marker, and a follow-up
 //!   job (`Effect::then_send`, src/followup.rs) onto the source queue: the
 //!   child `<k>f` (`"kind": "child"`, `"parent": "<k>"`), whose own effect
