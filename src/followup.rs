@@ -89,7 +89,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_sqs::types::MessageAttributeValue;
 use serde::Serialize;
 
-use crate::config::REPLAY_WINDOW;
+use crate::horizon::ReplayHorizon;
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JobId};
 use crate::producer::{Job, MAX_ATTRIBUTES, Producer, SendError, attributes_with_job_id};
 
@@ -395,16 +395,6 @@ pub(crate) fn describe(list: &[FollowUp]) -> String {
         .join(", ")
 }
 
-/// The follow-up horizon of a consumer whose markers live `marker_ttl`:
-/// the marker TTL less [`REPLAY_WINDOW`]. A duplicate re-sends its stored
-/// follow-ups only while its marker's commit is younger than this (see the
-/// module doc). The window it leaves before the TTL is the child's own: a
-/// child re-sent just inside the horizon still has a replay window to be
-/// consumed before markers committed after its parent's may expire.
-pub(crate) fn horizon(marker_ttl: Duration) -> Duration {
-    marker_ttl.saturating_sub(REPLAY_WINDOW)
-}
-
 /// A duplicate's marker as stored, with what deciding on its follow-ups
 /// needs: the store reads it, and the batch re-sends the follow-ups it
 /// carries while its commit is within the horizon (the module doc). Only
@@ -420,8 +410,13 @@ pub struct StoredMarker {
     /// When the marker was committed; `None` for a fused marker written by
     /// a version that stored no commit time.
     pub(crate) committed_at: Option<SystemTime>,
-    /// The consumer's follow-up horizon ([`horizon`]).
-    pub(crate) horizon: Duration,
+    /// The consumer's follow-up horizon: its marker TTL less the replay
+    /// window, the same horizon the tools that copy dead letters keep. A
+    /// duplicate re-sends its stored follow-ups only while its marker's
+    /// commit is younger than it (see the module doc); the window it leaves
+    /// before the TTL is the child's own, to be consumed before markers
+    /// committed after its parent's may expire.
+    pub(crate) horizon: ReplayHorizon,
 }
 
 /// Whether a duplicate re-sends the follow-ups its marker stores.
@@ -449,13 +444,11 @@ pub(crate) enum Resend {
 pub(crate) fn resend(
     committed_at: Option<SystemTime>,
     now: SystemTime,
-    horizon: Duration,
+    horizon: ReplayHorizon,
 ) -> Resend {
     match committed_at {
         None => Resend::Undated,
-        Some(at) if now.duration_since(at).unwrap_or_default() < horizon => {
-            Resend::Send { committed_at: at }
-        }
+        Some(at) if horizon.check(at, now).is_ok() => Resend::Send { committed_at: at },
         Some(at) => Resend::PastHorizon { committed_at: at },
     }
 }
@@ -599,7 +592,7 @@ impl FollowUpSender {
         self.not_resent
             .fetch_add(list.len() as u64, Ordering::Relaxed);
         let ids: Vec<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
-        let horizon = humantime::format_duration(marker.horizon);
+        let horizon = humantime::format_duration(marker.horizon.limit());
         match decision {
             Resend::PastHorizon { committed_at } => tracing::warn!(
                 job_id = marker.job_id,
@@ -760,10 +753,12 @@ mod tests {
     /// marker TTL less the replay window).
     #[test]
     fn a_duplicate_resends_only_within_the_horizon() {
-        assert_eq!(horizon(crate::config::DEFAULT_MARKER_TTL), 20 * DAY);
-        assert_eq!(horizon(DAY / 2), Duration::ZERO, "never past zero");
+        let horizon = ReplayHorizon::new;
+        assert_eq!(horizon(crate::config::DEFAULT_MARKER_TTL).limit(), 20 * DAY);
+        assert_eq!(horizon(DAY / 2).limit(), Duration::ZERO, "never past zero");
         let now = UNIX_EPOCH + 10_000 * DAY;
         let h = horizon(21 * DAY);
+        let limit = h.limit();
         let ago = |d: Duration| Some(now - d);
         let table = [
             (ago(Duration::ZERO), Resend::Send { committed_at: now }),
@@ -774,15 +769,15 @@ mod tests {
                 },
             ),
             (
-                ago(h - Duration::from_millis(1)),
+                ago(limit - Duration::from_millis(1)),
                 Resend::Send {
-                    committed_at: now - h + Duration::from_millis(1),
+                    committed_at: now - limit + Duration::from_millis(1),
                 },
             ),
             (
-                ago(h),
+                ago(limit),
                 Resend::PastHorizon {
-                    committed_at: now - h,
+                    committed_at: now - limit,
                 },
             ),
             (
@@ -828,7 +823,7 @@ mod tests {
                 follow_ups: Ok(list.to_vec()),
                 job_id: "p".into(),
                 committed_at,
-                horizon: horizon(21 * DAY),
+                horizon: ReplayHorizon::new(21 * DAY),
             };
             let sent = sender.after_commit(AfterCommit::Duplicate(marker)).await;
             assert_eq!(sent, Ok(()), "{committed_at:?}");

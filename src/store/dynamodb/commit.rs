@@ -141,7 +141,7 @@ impl Committer {
         StoredMarker {
             job_id: job.id.to_string(),
             committed_at: self.parse_marker(&item).and_then(|m| m.committed_at),
-            horizon: crate::followup::horizon(self.marker_ttl),
+            horizon: crate::horizon::ReplayHorizon::new(self.marker_ttl),
             follow_ups: super::outbox::from_marker(&item),
         }
     }
