@@ -50,7 +50,8 @@
 //!
 //! Operating it (the `idemq` CLI is built on these):
 //! - [`init`]: creating or verifying the queue, DLQ and table;
-//! - [`dlq`]: reading a DLQ ([`dlq::peek`]), moving dead letters back
+//! - [`dlq`]: reading a DLQ ([`dlq::peek`]), what an operator asks of it
+//!   (stats, rows, one letter: [`dlq::inspect`]), moving dead letters back
 //!   ([`dlq::redrive`]); the `idemq` binary's `dlq export` / `import` keep
 //!   them as JSON lines.
 //!

@@ -35,7 +35,7 @@ use futures_util::future::join_all;
 use serde::Serialize;
 
 use super::copies::{Further, Moving, judge_further, payload_hash};
-use super::peek::{Context, DeadMessage, Peek, Sweep};
+use super::peek::{Context, DeadMessage, Peek, Sweep, join_records};
 use crate::dead_letter::{DeadLetters, DlqError};
 use crate::horizon::ReplayHorizon;
 use crate::job::JobIdResolver;
@@ -569,14 +569,7 @@ impl<'a> Redrive<'a> {
         received_at: Instant,
         progress: Progress<'_>,
     ) -> Result<bool, DlqError> {
-        let resolver = &self.options.resolver;
-        let records = match self.records {
-            Some(r) => {
-                let keys: Vec<_> = batch.iter().map(|m| m.record_key(resolver)).collect();
-                r.read_many(&keys).await?
-            }
-            None => HashMap::new(),
-        };
+        let joined = join_records(self.records, &self.options.resolver, &batch).await?;
         let mut to_move = Vec::new();
         let mut fresh_any = false;
         {
@@ -587,7 +580,7 @@ impl<'a> Redrive<'a> {
                 .max();
             run.sqs_passed = run.sqs_passed.max(passed);
             let fresh = run.sweep.note(&batch);
-            for (msg, fresh) in batch.into_iter().zip(fresh) {
+            for ((msg, (key, context)), fresh) in batch.into_iter().zip(joined).zip(fresh) {
                 if !fresh {
                     // Came back (after its hold, or released for its group):
                     // still left alone, newest handle kept.
@@ -597,8 +590,6 @@ impl<'a> Redrive<'a> {
                     continue;
                 }
                 fresh_any = true;
-                let key = msg.record_key(resolver);
-                let context = Context::of(&msg, key.0.as_deref(), records.get(&key));
                 let within_budget = run.budget.is_none_or(|b| b > 0);
                 let hash = payload_hash(&msg);
                 let further = key.0.as_ref().and_then(|job| {

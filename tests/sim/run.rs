@@ -610,7 +610,7 @@ async fn simulate(config: Config) -> Outcome {
 }
 
 /// Edge 6: the FIFO DLQ read as `idemq dlq list` reads it (`Peek::scan`,
-/// src/bin/idemq/dlq/mod.rs), then as a dry-run `idemq dlq redrive`
+/// through `Dlq::read_letters` in src/dlq/inspect.rs), then as a dry-run `idemq dlq redrive`
 /// (`Redrive::run`), against what the model holds.
 async fn audit_fifo_dlq(
     world: &Arc<Mutex<World>>,

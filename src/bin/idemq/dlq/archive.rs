@@ -11,13 +11,14 @@ use std::io::{BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use idemq::dlq::inspect::OpenError;
 use idemq::dlq::peek::DeadMessage;
 use idemq::dlq::redrive::first_enqueued_times;
 use idemq::job::JobIdResolver;
 use idemq::producer::{Job, Producer};
 
 use super::jsonl::{self, AgeRule, Archived, Judged, Line, Lines, MAX_LINE_BYTES};
-use super::{CmdResult, Ctx, unseen_warning};
+use super::{CmdResult, Ctx, open_failed, unseen_warning};
 use crate::usage_error;
 
 impl Ctx {
@@ -28,12 +29,13 @@ impl Ctx {
                 file.display()
             )));
         }
-        let (items, unseen) = self.scan().await?;
+        let read = self.read_letters().await?;
+        let (items, unseen) = (read.items, read.unseen);
         let letters: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
-        let firsts = match first_enqueued_times(&self.peek, &letters).await {
+        let firsts = match first_enqueued_times(self.dlq.peek(), &letters).await {
             Ok(f) => f,
             Err(e) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 return Err(e.into());
             }
         };
@@ -45,7 +47,7 @@ impl Ctx {
         {
             Ok(l) => l,
             Err(e) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 return Err(e.into());
             }
         };
@@ -55,7 +57,7 @@ impl Ctx {
         let written = match written {
             Ok(()) => std::fs::read_to_string(file).map_err(|e| e.to_string()),
             Err(Publish::Exists) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 return Ok(usage_error(&format!(
                     "{} exists: pass --force to replace it",
                     file.display()
@@ -69,14 +71,14 @@ impl Ctx {
                 .filter_map(|(_, a)| a.ok().map(|a| a.message_id))
                 .collect(),
             Err(e) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 eprintln!("idemq dlq: cannot write {}: {e}", file.display());
                 return Ok(ExitCode::FAILURE);
             }
         };
         let all_there = items.iter().all(|(m, _)| written.contains(&m.message_id));
         if !delete || !all_there {
-            self.release(&items).await;
+            self.dlq.release(&items).await;
             if delete {
                 eprintln!("the file does not read back whole: nothing deleted");
                 return Ok(ExitCode::FAILURE);
@@ -90,12 +92,15 @@ impl Ctx {
         }
         let messages: Vec<DeadMessage> = items.into_iter().map(|(m, _)| m).collect();
         let handles: Vec<&str> = messages.iter().map(|m| m.receipt_handle.as_str()).collect();
-        let not_deleted: Vec<&str> =
-            idemq::queue::delete_messages(self.peek.sqs(), self.peek.dlq_url(), &handles)
-                .await
-                .into_iter()
-                .map(|i| messages[i].message_id.as_str())
-                .collect();
+        let not_deleted: Vec<&str> = idemq::queue::delete_messages(
+            self.dlq.peek().sqs(),
+            self.dlq.peek().dlq_url(),
+            &handles,
+        )
+        .await
+        .into_iter()
+        .map(|i| messages[i].message_id.as_str())
+        .collect();
         for id in &not_deleted {
             eprintln!("failed: {id}: exported but not deleted");
         }
@@ -222,13 +227,7 @@ pub(super) async fn import(
     // A queue that does not exist is the operator's mistake (exit 2); any
     // other failure to read it is AWS's (exit 1).
     if let Err(e) = idemq::queue::QueueInfo::discover(sqs, to).await {
-        return Ok(match super::OpenError::of_queue(to, e) {
-            super::OpenError::Usage(msg) => usage_error(&msg),
-            super::OpenError::Aws(msg) => {
-                eprintln!("idemq dlq: {msg}");
-                ExitCode::FAILURE
-            }
-        });
+        return Ok(open_failed(&OpenError::of_queue(to, e)));
     }
     let producer = Producer::with_client(sqs.clone(), to).await?;
     let mut lines = Lines::new(BufReader::new(input), MAX_LINE_BYTES);

@@ -3,21 +3,19 @@
 //!
 //! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
 //! and SQS's move task), [`archive`] (export, import) with the export
-//! format in [`jsonl`]. This file holds the
-//! arguments, their bounds, and the checks every command shares.
+//! format in [`jsonl`]. Opening the DLQ and what is read of it are the
+//! library's (`idemq::dlq::inspect`). This file holds the arguments, their
+//! bounds, and the checks every command shares.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use idemq::TableLayout;
-use idemq::config::{DEFAULT_MARKER_TTL, IdempotencyConfig};
-use idemq::dead_letter::DeadLetters;
-use idemq::dlq::peek::{Context, DeadMessage, Peek};
-use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions, dead_letter_sources};
+use idemq::config::IdempotencyConfig;
+use idemq::dlq::inspect::{Dlq, DlqOptions, OpenError, Scanned};
+use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions};
 use idemq::horizon::ReplayHorizon;
 use idemq::job::JobIdResolver;
-use idemq::queue::{QueueError, QueueInfo};
 
 use crate::usage_error;
 
@@ -226,14 +224,16 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     };
     let ctx = match common {
         Some(c) => {
-            let settings = (resolver.clone(), horizon);
-            match Ctx::open(sqs.clone(), ddb, c, settings, explicit_destination).await {
-                Ok(ctx) => Some(ctx),
-                Err(OpenError::Usage(msg)) => return usage_error(&msg),
-                Err(OpenError::Aws(msg)) => {
-                    eprintln!("idemq dlq: {msg}");
-                    return ExitCode::FAILURE;
-                }
+            let options = DlqOptions {
+                dlq_url: c.dlq_url,
+                table: c.table,
+                hold: Duration::from_secs(c.hold_secs),
+                resolver: resolver.clone(),
+                explicit_destination,
+            };
+            match Dlq::connect(sqs.clone(), ddb, options).await {
+                Ok(dlq) => Some(Ctx { dlq, horizon }),
+                Err(e) => return open_failed(&e),
             }
         }
         None => None,
@@ -359,115 +359,36 @@ fn redrive_plan(
     })))
 }
 
-/// Why a command could not start: the operator's input (exit 2) or AWS
-/// (exit 1: throttling, an outage or a denied request is not a usage error).
-#[derive(Debug, PartialEq, Eq)]
-enum OpenError {
-    Usage(String),
-    Aws(String),
-}
-
-impl OpenError {
-    fn of_queue(url: &str, e: QueueError) -> Self {
-        match e {
-            QueueError::NotFound(_) => Self::Usage(format!("{url}: no such queue")),
-            other => Self::Aws(format!("cannot read queue {url}: {other}")),
-        }
+/// The exit of a command whose DLQ (or destination) could not be opened:
+/// the operator's input exits 2, AWS (throttling, an outage or a denied
+/// request is not a usage error) exits 1.
+fn open_failed(e: &OpenError) -> ExitCode {
+    if e.is_usage() {
+        return usage_error(&e.to_string());
     }
+    eprintln!("idemq dlq: {e}");
+    ExitCode::FAILURE
 }
 
 /// What every subcommand on a DLQ needs, checked once.
 struct Ctx {
-    peek: Peek,
-    records: Option<DeadLetters>,
-    dlq: QueueInfo,
-    resolver: JobIdResolver,
+    dlq: Dlq,
     /// The consumer's marker TTL less a day: no copy of an older job.
     horizon: ReplayHorizon,
 }
 
 impl Ctx {
-    /// Refuses, with one line, a queue that does not exist or is not a DLQ.
-    async fn open(
-        sqs: aws_sdk_sqs::Client,
-        ddb: aws_sdk_dynamodb::Client,
-        c: Common,
-        (resolver, horizon): (JobIdResolver, ReplayHorizon),
-        explicit_destination: bool,
-    ) -> Result<Self, OpenError> {
-        if !(c.dlq_url.starts_with("https://") || c.dlq_url.starts_with("http://")) {
-            return Err(OpenError::Usage(format!(
-                "--dlq-url {:?} is not a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
-                c.dlq_url
-            )));
-        }
-        // The same layout as the consumer's (IDEMQ_ATTR_*, IDEMQ_KEY_PREFIX),
-        // or records would be looked up under keys it never wrote.
-        let layout = match c.table.filter(|t| !t.is_empty()) {
-            Some(t) => Some(
-                TableLayout::from_env_with_table(Some(t))
-                    .map_err(|e| OpenError::Usage(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let dlq = QueueInfo::discover(&sqs, &c.dlq_url)
-            .await
-            .map_err(|e| OpenError::of_queue(&c.dlq_url, e))?;
-        let sources = dead_letter_sources(&sqs, &c.dlq_url).await.map_err(|e| {
-            OpenError::Aws(format!(
-                "cannot list the source queues of {}: {e}",
-                c.dlq_url
-            ))
-        })?;
-        if sources.is_empty() && !explicit_destination {
-            return Err(OpenError::Usage(format!(
-                "{} is not a dead-letter queue: no queue's RedrivePolicy names it (to move its messages anyway, pass --to)",
-                c.dlq_url
-            )));
-        }
-        let records = layout.map(|l| {
-            DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL).with_source_queues(&sources)
-        });
-        Ok(Self {
-            peek: Peek::new(sqs, c.dlq_url, Duration::from_secs(c.hold_secs)),
-            records,
-            dlq,
-            resolver,
-            horizon,
-        })
-    }
-
     /// Every dead letter read, with its context, left invisible until
     /// `release`; and about how many could not be read.
-    async fn scan(&self) -> Result<(Vec<(DeadMessage, Context)>, u64), Box<dyn std::error::Error>> {
-        let total = self.peek.depth().await?.total();
+    async fn read_letters(&self) -> Result<Scanned, Box<dyn std::error::Error>> {
+        let total = self.dlq.peek().depth().await?.total();
         let bar = crate::progress::bar(total, "read");
-        let scan = self.peek.scan(None, |n| bar.set_position(n as u64)).await?;
+        let read = self
+            .dlq
+            .read_letters(|n| bar.set_position(n as u64))
+            .await?;
         bar.finish_and_clear();
-        let keys: Vec<_> = scan
-            .messages
-            .iter()
-            .map(|m| m.record_key(&self.resolver))
-            .collect();
-        let records = match &self.records {
-            Some(r) => r.read_many(&keys).await?,
-            None => Default::default(),
-        };
-        let items = scan
-            .messages
-            .into_iter()
-            .zip(keys)
-            .map(|(m, key)| {
-                let c = Context::of(&m, key.0.as_deref(), records.get(&key));
-                (m, c)
-            })
-            .collect();
-        Ok((items, scan.unseen))
-    }
-
-    async fn release(&self, items: &[(DeadMessage, Context)]) {
-        let messages: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
-        self.peek.release(&messages).await;
+        Ok(read)
     }
 }
 
@@ -542,16 +463,6 @@ fn parse_wait(value: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `s` on one line, cut to `max` characters.
-fn one_line(s: &str, max: usize) -> String {
-    let flat = s.replace(['\n', '\r', '\t'], " ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,27 +502,6 @@ mod tests {
         .unwrap();
         assert_eq!(f.job_ids.len(), 1);
         assert_eq!(f.error_contains, None);
-    }
-
-    #[test]
-    fn one_line_flattens_and_cuts() {
-        assert_eq!(one_line("a\nb", 10), "a b");
-        assert_eq!(one_line("abcdef", 4), "abc…");
-    }
-
-    /// Only a missing queue is the operator's mistake (exit 2); anything
-    /// SQS answered with (throttling, an outage, a denial) exits 1.
-    #[test]
-    fn aws_failures_are_not_usage_errors() {
-        let url = "https://sqs.us-east-1.amazonaws.com/1/q";
-        assert!(matches!(
-            OpenError::of_queue(url, QueueError::NotFound(url.into())),
-            OpenError::Usage(m) if m.contains("no such queue")
-        ));
-        assert!(matches!(
-            OpenError::of_queue(url, QueueError::Sqs("ThrottlingException: Rate exceeded".into())),
-            OpenError::Aws(m) if m.contains("ThrottlingException")
-        ));
     }
 
     #[test]

@@ -11,7 +11,9 @@ use idemq::dlq::redrive::{
 };
 use idemq::job::JobIdSource;
 
-use super::{CmdResult, Ctx, one_line, unseen_warning};
+use idemq::dlq::inspect::one_line;
+
+use super::{CmdResult, Ctx, unseen_warning};
 
 impl Ctx {
     pub(super) async fn redrive(&self, options: RedriveOptions) -> CmdResult {
@@ -19,9 +21,9 @@ impl Ctx {
         let judging_errors = options.filter.error_contains.is_some();
         let total = match options.max {
             Some(m) => m as u64,
-            None => self.peek.depth().await?.total(),
+            None => self.dlq.peek().depth().await?.total(),
         };
-        let redrive = Redrive::new(&self.peek, self.records.as_ref(), options).await?;
+        let redrive = Redrive::new(self.dlq.peek(), self.dlq.records(), options).await?;
         let bar = crate::progress::bar(total, if dry_run { "matched" } else { "moved" });
         // One line each time the number held changes, not one per look.
         let last_held = AtomicU64::new(0);
@@ -74,7 +76,7 @@ impl Ctx {
                 "warning: {} dead letters have no recorded error (no failure record{}, no idemq-error attribute): \
                  --error-contains could not judge them, and left them in the DLQ",
                 report.unjudged,
-                if self.records.is_some() {
+                if self.dlq.records().is_some() {
                     ""
                 } else {
                     "s read: pass --table or set IDEMQ_TABLE"
@@ -167,8 +169,8 @@ impl Ctx {
         rate: Option<i32>,
         allow_expired_markers: bool,
     ) -> CmdResult {
-        let sqs = self.peek.sqs();
-        let dlq_arn = idemq::queue::arn(sqs, self.peek.dlq_url()).await?;
+        let sqs = self.dlq.peek().sqs();
+        let dlq_arn = idemq::queue::arn(sqs, self.dlq.peek().dlq_url()).await?;
         if cancel {
             match cancel_native(sqs, &dlq_arn).await? {
                 Some(moved) => println!("cancelled the move task after {moved} messages"),
@@ -177,15 +179,16 @@ impl Ctx {
             return Ok(ExitCode::SUCCESS);
         }
         if !(force && allow_expired_markers) {
-            let (items, unseen) = self.scan().await?;
-            self.release(&items).await;
+            let read = self.read_letters().await?;
+            self.dlq.release(&read.items).await;
+            let (items, unseen) = (read.items, read.unseen);
             if !allow_expired_markers {
                 let letters: Vec<_> = items.iter().map(|(m, _)| m.clone()).collect();
                 let old = past_horizon(
-                    &self.peek,
+                    self.dlq.peek(),
                     &letters,
                     &self.horizon,
-                    &self.resolver,
+                    self.dlq.resolver(),
                     idemq::clock::now(),
                 )
                 .await?;
@@ -207,7 +210,10 @@ impl Ctx {
                 let unstable = items
                     .iter()
                     .filter(|(m, _)| {
-                        matches!(m.resolve(&self.resolver), Ok((_, JobIdSource::MessageId)))
+                        matches!(
+                            m.resolve(self.dlq.resolver()),
+                            Ok((_, JobIdSource::MessageId))
+                        )
                     })
                     .count();
                 if unstable > 0 {
@@ -216,7 +222,7 @@ impl Ctx {
                          a new MessageId, so the consumer would apply them again as new jobs. Use the default \
                          redrive (it stamps idemq-job-id), or pass --force to move them anyway",
                         items.len(),
-                        if self.resolver.body_pointer.is_some() {
+                        if self.dlq.resolver().body_pointer.is_some() {
                             " and no job id at IDEMQ_JOB_ID_POINTER"
                         } else {
                             ""
@@ -238,7 +244,7 @@ impl Ctx {
             None => None,
         };
         start_native(sqs, &dlq_arn, to_arn.as_deref(), rate).await?;
-        let bar = crate::progress::bar(self.peek.depth().await?.total(), "moved");
+        let bar = crate::progress::bar(self.dlq.peek().depth().await?.total(), "moved");
         let task = loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let Some(task) = native_status(sqs, &dlq_arn).await? else {
