@@ -976,8 +976,8 @@ async fn produce(
 }
 
 /// `idemq dlq redrive --native --to <source>`: what the CLI checks first
-/// (src/bin/idemq/dlq/redrive.rs: a scan, and no letter known only by its
-/// MessageId, unless `--force`), then the library's own `start_native` and
+/// (`check_native` in src/dlq/redrive.rs: a scan, and no letter known only
+/// by its MessageId, unless `--force`), then the library's own `start_native` and
 /// `native_status` until the task ends. `None`: refused, run idemq's
 /// redrive instead.
 async fn native_redrive(

@@ -3,17 +3,17 @@
 //!
 //! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
 //! and SQS's move task), [`archive`] (export, import) with the export
-//! format in [`jsonl`]. Opening the DLQ and what is read of it are the
-//! library's (`idemq::dlq::inspect`). This file holds the arguments, their
-//! bounds, and the checks every command shares.
+//! format in [`jsonl`]. Opening the DLQ, what is read of it and the
+//! redrive's checks are the library's (`idemq::dlq`: `inspect`,
+//! `redrive`). This file holds the arguments and their bounds.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use idemq::config::IdempotencyConfig;
 use idemq::dlq::inspect::{Dlq, DlqOptions, OpenError, Scanned};
-use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions};
+use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, NativeRate, Rate, RedriveOptions};
 use idemq::horizon::ReplayHorizon;
 use idemq::job::JobIdResolver;
 
@@ -203,8 +203,16 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             wait,
             ..
         } => {
+            let filter = Filter::from_flags(
+                job_ids,
+                error_contains,
+                since.as_deref(),
+                until.as_deref(),
+                idemq::clock::now(),
+            )
+            .map_err(|e| e.to_string());
             let plan = redrive_plan(
-                build_filter(job_ids, error_contains, since.as_deref(), until.as_deref()),
+                filter,
                 max,
                 rate,
                 dry_run,
@@ -305,7 +313,7 @@ enum RedrivePlan {
         cancel: bool,
         force: bool,
         to: Option<String>,
-        rate: Option<i32>,
+        rate: Option<NativeRate>,
         allow_expired_markers: bool,
     },
     Ours(Box<RedriveOptions>),
@@ -332,7 +340,10 @@ fn redrive_plan(
                     .into(),
             );
         }
-        let rate = rate.map(native_rate).transpose()?;
+        let rate = rate
+            .map(NativeRate::new)
+            .transpose()
+            .map_err(|e| e.to_string())?;
         return Ok(RedrivePlan::Native {
             cancel,
             force,
@@ -401,57 +412,6 @@ fn unseen_warning(unseen: u64) -> String {
     )
 }
 
-/// `--rate` for SQS's move task: a whole number of messages per second,
-/// 1 to 500
-/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_StartMessageMoveTask.html>,
-/// `MaxNumberOfMessagesPerSecond`: "The maximum value for messages per
-/// second is 500").
-fn native_rate(r: f64) -> Result<i32, String> {
-    if r.is_finite() && (1.0..=500.0).contains(&r) && r.fract() == 0.0 {
-        Ok(r as i32)
-    } else {
-        Err(format!(
-            "--rate {r}: SQS's move task takes a whole number of messages per second, 1 to 500"
-        ))
-    }
-}
-
-fn build_filter(
-    job_ids: Vec<String>,
-    error_contains: Option<String>,
-    since: Option<&str>,
-    until: Option<&str>,
-) -> Result<Filter, String> {
-    let now = idemq::clock::now();
-    let filter = Filter {
-        job_ids: job_ids.into_iter().collect(),
-        error_contains: error_contains.filter(|s| !s.is_empty()),
-        since: since.map(|s| parse_when("--since", s, now)).transpose()?,
-        until: until.map(|s| parse_when("--until", s, now)).transpose()?,
-    };
-    if let (Some(s), Some(u)) = (filter.since, filter.until)
-        && s > u
-    {
-        return Err("--since is after --until: nothing could match".into());
-    }
-    Ok(filter)
-}
-
-/// A time (RFC 3339) or a duration before `now` (`2h`, `30m`).
-fn parse_when(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime, String> {
-    if let Ok(t) = humantime::parse_rfc3339_weak(value) {
-        return Ok(t);
-    }
-    if let Ok(d) = humantime::parse_duration(value) {
-        return now
-            .checked_sub(d)
-            .ok_or_else(|| format!("{flag} {value:?} reaches before 1970"));
-    }
-    Err(format!(
-        "{flag} {value:?} is neither a time (2026-12-01T10:00:00Z) nor a duration ago (2h)"
-    ))
-}
-
 /// `--wait`: a duration up to SQS's longest hold, 12 hours; longer could
 /// only wait for letters that will never come back.
 fn parse_wait(value: &str) -> Result<Duration, String> {
@@ -466,52 +426,6 @@ fn parse_wait(value: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::UNIX_EPOCH;
-
-    #[test]
-    fn times_are_absolute_or_ago() {
-        let now = UNIX_EPOCH + Duration::from_secs(10_000);
-        assert_eq!(
-            parse_when("--since", "2h", now),
-            Ok(UNIX_EPOCH + Duration::from_secs(2_800))
-        );
-        assert_eq!(
-            parse_when("--since", "1970-01-01T00:00:05Z", now),
-            Ok(UNIX_EPOCH + Duration::from_secs(5))
-        );
-        let err = parse_when("--until", "yesterday", now).unwrap_err();
-        assert!(err.starts_with("--until \"yesterday\" is neither"), "{err}");
-    }
-
-    #[test]
-    fn filters_refuse_an_empty_window() {
-        let err = build_filter(
-            vec![],
-            None,
-            Some("2026-12-02T00:00:00Z"),
-            Some("2026-12-01T00:00:00Z"),
-        )
-        .unwrap_err();
-        assert!(err.contains("after --until"));
-        let f = build_filter(
-            vec!["a".into(), "a".into()],
-            Some(String::new()),
-            None,
-            None,
-        )
-        .unwrap();
-        assert_eq!(f.job_ids.len(), 1);
-        assert_eq!(f.error_contains, None);
-    }
-
-    #[test]
-    fn native_rates_are_whole_and_within_sqs_limits() {
-        assert_eq!(native_rate(500.0), Ok(500));
-        assert_eq!(native_rate(1.0), Ok(1));
-        for bad in [0.0, 0.5, 1e-300, 501.0, f64::INFINITY, f64::NAN, 2.5] {
-            assert!(native_rate(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn bounds_are_enforced_by_the_parser() {
