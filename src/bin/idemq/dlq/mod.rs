@@ -2,16 +2,16 @@
 //! losing or doubling anything.
 //!
 //! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
-//! and SQS's move task), [`archive`] (export, import) with the export
-//! format in [`jsonl`]. Opening the DLQ, what is read of it and the
-//! redrive's checks are the library's (`idemq::dlq`: `inspect`,
-//! `redrive`). This file holds the arguments and their bounds.
+//! and SQS's move task), [`archive`] (export, import). Each parses, calls
+//! the library (`idemq::dlq`: `inspect`, `redrive`, `archive`) and prints.
+//! This file holds the arguments and their bounds.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use idemq::config::IdempotencyConfig;
+use idemq::dlq::archive::AgeRule;
 use idemq::dlq::inspect::{Dlq, DlqOptions, OpenError, Scanned};
 use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, NativeRate, Rate, RedriveOptions};
 use idemq::horizon::ReplayHorizon;
@@ -20,7 +20,6 @@ use idemq::job::JobIdResolver;
 use crate::usage_error;
 
 mod archive;
-mod jsonl;
 mod read;
 mod redrive;
 
@@ -283,7 +282,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             }),
             _,
         ) => {
-            let age = jsonl::AgeRule {
+            let age = AgeRule {
                 horizon,
                 allow_expired_markers,
             };
