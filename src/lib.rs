@@ -58,9 +58,10 @@
 //!
 //! Operating it (the `idemq` CLI is built on these):
 //! - [`init`]: creating or verifying the queue, DLQ and table;
-//! - [`dlq`]: reading a DLQ ([`dlq::peek`]), moving dead letters back
-//!   ([`dlq::redrive`]); the `idemq` binary's `dlq export` / `import` keep
-//!   them as JSON lines.
+//! - [`dlq`]: reading a DLQ ([`dlq::peek`]), what an operator asks of it
+//!   (stats, rows, one letter: [`dlq::inspect`]), moving dead letters back
+//!   ([`dlq::redrive`]) and keeping them as JSON lines ([`dlq::archive`]);
+//!   each returns data, and the `idemq` binary only parses and prints.
 //!
 //! Features: `lambda`, `worker` and `cli` (the `idemq` operator binary) are
 //! on by default. A function that only runs on Lambda depends on

@@ -16,7 +16,8 @@ use aws_sdk_sqs::types::{
 use serde::Serialize;
 
 use crate::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError, FailureRecord,
+    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetters, DlqError,
+    FailureRecord, LetterKey,
 };
 use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 
@@ -527,6 +528,31 @@ impl Peek {
     pub fn sqs(&self) -> &aws_sdk_sqs::Client {
         &self.sqs
     }
+}
+
+/// The context of each of `messages`: its failure record, read from
+/// `records` under the key the consumer stored it under (resolved with
+/// `resolver`; 100 keys per `BatchGetItem`), joined with the message's own
+/// attributes (from those alone without `records`). In the order of
+/// `messages`, each with its record key.
+pub async fn join_records(
+    records: Option<&DeadLetters>,
+    resolver: &JobIdResolver,
+    messages: &[DeadMessage],
+) -> Result<Vec<(LetterKey, Context)>, DlqError> {
+    let keys: Vec<LetterKey> = messages.iter().map(|m| m.record_key(resolver)).collect();
+    let found = match records {
+        Some(r) => r.read_many(&keys).await?,
+        None => HashMap::new(),
+    };
+    Ok(messages
+        .iter()
+        .zip(keys)
+        .map(|(m, key)| {
+            let c = Context::of(m, key.0.as_deref(), found.get(&key));
+            (key, c)
+        })
+        .collect())
 }
 
 #[cfg(test)]

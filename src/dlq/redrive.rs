@@ -35,7 +35,7 @@ use futures_util::future::join_all;
 use serde::Serialize;
 
 use super::copies::{Further, Moving, judge_further, payload_hash};
-use super::peek::{Context, DeadMessage, Peek, Sweep};
+use super::peek::{Context, DeadMessage, Peek, Sweep, join_records};
 use crate::dead_letter::{DeadLetters, DlqError};
 use crate::horizon::ReplayHorizon;
 use crate::job::JobIdResolver;
@@ -81,6 +81,75 @@ impl Filter {
     pub fn can_judge(&self, c: &Context) -> bool {
         self.error_contains.is_none() || !c.error_line().is_empty()
     }
+
+    /// The filter an operator's flags describe: `job_ids` (duplicates
+    /// count once), `error_contains` (empty: no filter), `since` and
+    /// `until` as [`parse_when`] reads them at `now`. A window that ends
+    /// before it starts is refused: nothing could match.
+    pub fn from_flags(
+        job_ids: impl IntoIterator<Item = String>,
+        error_contains: Option<String>,
+        since: Option<&str>,
+        until: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Self, InvalidFilter> {
+        let filter = Self {
+            job_ids: job_ids.into_iter().collect(),
+            error_contains: error_contains.filter(|s| !s.is_empty()),
+            since: since.map(|s| parse_when("--since", s, now)).transpose()?,
+            until: until.map(|s| parse_when("--until", s, now)).transpose()?,
+        };
+        if let (Some(s), Some(u)) = (filter.since, filter.until)
+            && s > u
+        {
+            return Err(InvalidFilter::EmptyWindow);
+        }
+        Ok(filter)
+    }
+}
+
+/// Why an operator's filter flags describe no usable [`Filter`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidFilter {
+    /// The value of this flag is neither a time nor a duration.
+    #[error("{flag} {value:?} is neither a time (2026-12-01T10:00:00Z) nor a duration ago (2h)")]
+    NotATime {
+        /// The flag (`--since`, `--until`).
+        flag: String,
+        /// What was given.
+        value: String,
+    },
+    /// This duration ago is before the Unix epoch.
+    #[error("{flag} {value:?} reaches before 1970")]
+    BeforeEpoch {
+        /// The flag (`--since`, `--until`).
+        flag: String,
+        /// What was given.
+        value: String,
+    },
+    /// `since` is after `until`.
+    #[error("--since is after --until: nothing could match")]
+    EmptyWindow,
+}
+
+/// A time (RFC 3339, `2026-12-01T10:00:00Z`) or a duration before `now`
+/// (`2h`, `30m`), as the value of `flag`.
+pub fn parse_when(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime, InvalidFilter> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(value) {
+        return Ok(t);
+    }
+    if let Ok(d) = humantime::parse_duration(value) {
+        return now
+            .checked_sub(d)
+            .ok_or_else(|| InvalidFilter::BeforeEpoch {
+                flag: flag.to_owned(),
+                value: value.to_owned(),
+            });
+    }
+    Err(InvalidFilter::NotATime {
+        flag: flag.to_owned(),
+        value: value.to_owned(),
+    })
 }
 
 /// A redrive pace in messages per second, checked so that the wait it
@@ -140,6 +209,38 @@ impl Rate {
     /// The time `n` messages take at this pace; at most `n` days.
     pub fn interval(self, n: usize) -> Duration {
         Duration::try_from_secs_f64(n as f64 / self.0).unwrap_or(Duration::MAX)
+    }
+}
+
+/// A pace for SQS's move task: a whole number of messages per second, 1
+/// to 500
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_StartMessageMoveTask.html>,
+/// `MaxNumberOfMessagesPerSecond`: "The maximum value for messages per
+/// second is 500").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NativeRate(i32);
+
+/// A `--rate` SQS's move task cannot take.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("--rate {value}: SQS's move task takes a whole number of messages per second, 1 to 500")]
+pub struct InvalidNativeRate {
+    /// The number given.
+    pub value: f64,
+}
+
+impl NativeRate {
+    /// `value` messages per second, if SQS's move task takes it.
+    pub fn new(value: f64) -> Result<Self, InvalidNativeRate> {
+        if value.is_finite() && (1.0..=500.0).contains(&value) && value.fract() == 0.0 {
+            Ok(Self(value as i32))
+        } else {
+            Err(InvalidNativeRate { value })
+        }
+    }
+
+    /// Messages per second, as [`start_native`] takes it.
+    pub fn messages_per_second(self) -> i32 {
+        self.0
     }
 }
 
@@ -246,6 +347,19 @@ pub struct RedriveReport {
     pub forced: Vec<Refused>,
 }
 
+impl RedriveReport {
+    /// Whether the redrive did all it was asked: nothing failed, every
+    /// letter was read (none unseen, none held by another reader), and
+    /// none was left past the replay horizon (work the operator asked for
+    /// and did not get: a failure, not a quiet skip).
+    pub fn is_complete(&self) -> bool {
+        self.failed.is_empty()
+            && self.unseen == 0
+            && self.held_elsewhere.is_none()
+            && self.past_horizon.is_empty()
+    }
+}
+
 /// A letter judged past the [`ReplayHorizon`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refused {
@@ -269,6 +383,27 @@ pub struct HeldElsewhere {
     /// `--hold-secs`) may hold them up to SQS's 12 hours
     /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html>).
     pub queue_visibility_timeout: Option<Duration>,
+}
+
+/// How many letters another reader holds, and when they come back.
+impl std::fmt::Display for HeldElsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "about {} dead letters are held by another reader (in flight: a killed run, another \
+             idemq dlq command); ",
+            self.count
+        )?;
+        match self.queue_visibility_timeout {
+            Some(t) => write!(
+                f,
+                "they come back when that reader's hold ends: within the DLQ's visibility timeout ({}) \
+                 if it set none, up to 12h if it set its own",
+                humantime::format_duration(t)
+            ),
+            None => f.write_str("they come back when that reader's hold ends"),
+        }
+    }
 }
 
 /// Progress after each batch: (moved so far, seen so far).
@@ -569,14 +704,7 @@ impl<'a> Redrive<'a> {
         received_at: Instant,
         progress: Progress<'_>,
     ) -> Result<bool, DlqError> {
-        let resolver = &self.options.resolver;
-        let records = match self.records {
-            Some(r) => {
-                let keys: Vec<_> = batch.iter().map(|m| m.record_key(resolver)).collect();
-                r.read_many(&keys).await?
-            }
-            None => HashMap::new(),
-        };
+        let joined = join_records(self.records, &self.options.resolver, &batch).await?;
         let mut to_move = Vec::new();
         let mut fresh_any = false;
         {
@@ -587,7 +715,7 @@ impl<'a> Redrive<'a> {
                 .max();
             run.sqs_passed = run.sqs_passed.max(passed);
             let fresh = run.sweep.note(&batch);
-            for (msg, fresh) in batch.into_iter().zip(fresh) {
+            for ((msg, (key, context)), fresh) in batch.into_iter().zip(joined).zip(fresh) {
                 if !fresh {
                     // Came back (after its hold, or released for its group):
                     // still left alone, newest handle kept.
@@ -597,8 +725,6 @@ impl<'a> Redrive<'a> {
                     continue;
                 }
                 fresh_any = true;
-                let key = msg.record_key(resolver);
-                let context = Context::of(&msg, key.0.as_deref(), records.get(&key));
                 let within_budget = run.budget.is_none_or(|b| b > 0);
                 let hash = payload_hash(&msg);
                 let further = key.0.as_ref().and_then(|job| {
@@ -962,6 +1088,121 @@ pub async fn past_horizon(
         .collect())
 }
 
+/// Why SQS's move task is not to start on a DLQ (see [`check_native`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NativeRefusal {
+    /// Letters past the replay horizon: the task would move them too.
+    #[error(
+        "{} of {read} dead letters are past the replay horizon: SQS's move task would \
+         move them too, as new jobs their markers may no longer remember. Use the \
+         default redrive (it leaves them in the DLQ and moves the rest), or pass \
+         --allow-expired-markers to move them anyway",
+        .refused.len()
+    )]
+    PastHorizon {
+        /// Each letter past the horizon, with why.
+        refused: Vec<Refused>,
+        /// Letters read.
+        read: usize,
+    },
+    /// Letters known only by their MessageId, which the task changes.
+    #[error(
+        "{unstable} of {read} dead letters carry no idemq-job-id{}: SQS's move task gives each \
+         a new MessageId, so the consumer would apply them again as new jobs. Use the default \
+         redrive (it stamps idemq-job-id), or pass --force to move them anyway",
+        pointer_note(.body_pointer)
+    )]
+    NoStableId {
+        /// How many.
+        unstable: usize,
+        /// Letters read.
+        read: usize,
+        /// Whether the consumer also looks for a job id in the body.
+        body_pointer: bool,
+    },
+    /// About this many letters could not be read, and may be either.
+    #[error(
+        "not starting the move task: the unread letters may lack idemq-job-id \
+         or be past the replay horizon (--force and --allow-expired-markers move anyway)"
+    )]
+    Unseen(u64),
+    /// The letters' ages could not be read.
+    #[error(transparent)]
+    Dlq(#[from] DlqError),
+}
+
+/// What else the consumer looked at for a job id.
+fn pointer_note(body_pointer: &bool) -> &'static str {
+    if *body_pointer {
+        " and no job id at IDEMQ_JOB_ID_POINTER"
+    } else {
+        ""
+    }
+}
+
+impl NativeRefusal {
+    /// Whether the operator can clear it with a flag (the default redrive,
+    /// `--force`, `--allow-expired-markers`), rather than a rerun.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Self::PastHorizon { .. } | Self::NoStableId { .. })
+    }
+}
+
+/// Whether SQS's move task may start on `peek`'s DLQ, whose letters
+/// (`letters`, with about `unseen` more not read) the consumer resolves
+/// with `resolver`.
+///
+/// The task cannot add `idemq-job-id`, and gives every message it moves a
+/// new MessageId
+/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>:
+/// "All redriven messages are considered new messages and are assigned a
+/// new messageID"). A job known only by its MessageId would be applied
+/// again, so it starts only when every letter carries a stable id
+/// (attribute or body pointer), or with `force`. Nor can it leave a letter
+/// behind or stamp `idemq-first-enqueued`: it starts only when no letter
+/// is past `horizon`, or with `allow_expired_markers`.
+pub async fn check_native(
+    peek: &Peek,
+    letters: &[DeadMessage],
+    unseen: u64,
+    resolver: &JobIdResolver,
+    horizon: &ReplayHorizon,
+    force: bool,
+    allow_expired_markers: bool,
+) -> Result<(), NativeRefusal> {
+    if !allow_expired_markers {
+        let refused = past_horizon(peek, letters, horizon, resolver, crate::clock::now()).await?;
+        if !refused.is_empty() {
+            return Err(NativeRefusal::PastHorizon {
+                refused,
+                read: letters.len(),
+            });
+        }
+    }
+    if !force {
+        let unstable = letters
+            .iter()
+            .filter(|m| {
+                matches!(
+                    m.resolve(resolver),
+                    Ok((_, crate::job::JobIdSource::MessageId))
+                )
+            })
+            .count();
+        if unstable > 0 {
+            return Err(NativeRefusal::NoStableId {
+                unstable,
+                read: letters.len(),
+                body_pointer: resolver.body_pointer.is_some(),
+            });
+        }
+    }
+    if unseen > 0 {
+        return Err(NativeRefusal::Unseen(unseen));
+    }
+    Ok(())
+}
+
 /// When the job of each of `letters`, read from `peek`'s DLQ, was first
 /// enqueued, at the latest ([`DeadMessage::first_enqueued`], with the
 /// longest retention of the DLQ's source queues); `None`: unknown.
@@ -1058,6 +1299,28 @@ pub async fn native_status(
     }))
 }
 
+/// How often [`wait_native`] asks how the move task is doing.
+const NATIVE_POLL: Duration = Duration::from_millis(500);
+
+/// Waits for the DLQ's move task to end (any status but `RUNNING`) and
+/// returns it; `progress` sees it each time it is read.
+pub async fn wait_native(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_arn: &str,
+    mut progress: impl FnMut(&MoveTask),
+) -> Result<MoveTask, DlqError> {
+    loop {
+        tokio::time::sleep(NATIVE_POLL).await;
+        let Some(task) = native_status(sqs, dlq_arn).await? else {
+            continue;
+        };
+        progress(&task);
+        if task.status != "RUNNING" {
+            return Ok(task);
+        }
+    }
+}
+
 /// Cancels the running move task of a DLQ, if there is one.
 pub async fn cancel_native(
     sqs: &aws_sdk_sqs::Client,
@@ -1082,6 +1345,100 @@ pub async fn cancel_native(
 mod tests {
     use super::*;
     use aws_sdk_sqs::types::MessageSystemAttributeName as Sys;
+
+    #[test]
+    fn times_are_absolute_or_ago() {
+        use std::time::UNIX_EPOCH;
+        let now = UNIX_EPOCH + Duration::from_secs(10_000);
+        assert_eq!(
+            parse_when("--since", "2h", now),
+            Ok(UNIX_EPOCH + Duration::from_secs(2_800))
+        );
+        assert_eq!(
+            parse_when("--since", "1970-01-01T00:00:05Z", now),
+            Ok(UNIX_EPOCH + Duration::from_secs(5))
+        );
+        let err = parse_when("--until", "yesterday", now)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--until \"yesterday\" is neither"), "{err}");
+    }
+
+    #[test]
+    fn filters_refuse_an_empty_window() {
+        let now = crate::clock::now();
+        let err = Filter::from_flags(
+            vec![],
+            None,
+            Some("2026-12-02T00:00:00Z"),
+            Some("2026-12-01T00:00:00Z"),
+            now,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("after --until"));
+        let f = Filter::from_flags(
+            vec!["a".to_string(), "a".to_string()],
+            Some(String::new()),
+            None,
+            None,
+            now,
+        )
+        .unwrap();
+        assert_eq!(f.job_ids.len(), 1);
+        assert_eq!(f.error_contains, None);
+    }
+
+    #[test]
+    fn native_rates_are_whole_and_within_sqs_limits() {
+        assert_eq!(
+            NativeRate::new(500.0).map(NativeRate::messages_per_second),
+            Ok(500)
+        );
+        assert_eq!(
+            NativeRate::new(1.0).map(NativeRate::messages_per_second),
+            Ok(1)
+        );
+        for bad in [0.0, 0.5, 1e-300, 501.0, f64::INFINITY, f64::NAN, 2.5] {
+            assert!(NativeRate::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn letters_held_elsewhere_say_when_they_come_back() {
+        let held = |t| HeldElsewhere {
+            count: 3,
+            queue_visibility_timeout: t,
+        };
+        assert_eq!(
+            held(None).to_string(),
+            "about 3 dead letters are held by another reader (in flight: a killed run, another \
+             idemq dlq command); they come back when that reader's hold ends"
+        );
+        assert!(held(Some(Duration::from_secs(30))).to_string().ends_with(
+            "within the DLQ's visibility timeout (30s) if it set none, up to 12h if it set its own"
+        ),);
+    }
+
+    #[test]
+    fn a_report_is_complete_only_when_nothing_was_left() {
+        assert!(RedriveReport::default().is_complete());
+        let left = |f: fn(&mut RedriveReport)| {
+            let mut r = RedriveReport::default();
+            f(&mut r);
+            r.is_complete()
+        };
+        assert!(!left(|r| r.failed.push(("m".into(), "why".into()))));
+        assert!(!left(|r| r.unseen = 1));
+        assert!(!left(|r| r.held_elsewhere = Some(HeldElsewhere {
+            count: 1,
+            queue_visibility_timeout: None,
+        })));
+        assert!(!left(|r| r.past_horizon.push(Refused {
+            message_id: "m".into(),
+            job_id: None,
+            why: "old".into(),
+        })));
+    }
     use std::time::UNIX_EPOCH;
 
     #[test]

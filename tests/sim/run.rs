@@ -610,7 +610,7 @@ async fn simulate(config: Config) -> Outcome {
 }
 
 /// Edge 6: the FIFO DLQ read as `idemq dlq list` reads it (`Peek::scan`,
-/// src/bin/idemq/dlq/mod.rs), then as a dry-run `idemq dlq redrive`
+/// through `Dlq::read_letters` in src/dlq/inspect.rs), then as a dry-run `idemq dlq redrive`
 /// (`Redrive::run`), against what the model holds.
 async fn audit_fifo_dlq(
     world: &Arc<Mutex<World>>,
@@ -976,8 +976,8 @@ async fn produce(
 }
 
 /// `idemq dlq redrive --native --to <source>`: what the CLI checks first
-/// (src/bin/idemq/dlq/redrive.rs: a scan, and no letter known only by its
-/// MessageId, unless `--force`), then the library's own `start_native` and
+/// (`check_native` in src/dlq/redrive.rs: a scan, and no letter known only
+/// by its MessageId, unless `--force`), then the library's own `start_native` and
 /// `native_status` until the task ends. `None`: refused, run idemq's
 /// redrive instead.
 async fn native_redrive(

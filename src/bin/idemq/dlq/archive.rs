@@ -1,23 +1,26 @@
-//! `export` and `import`: dead letters as JSON lines.
+//! `export` and `import`: dead letters as JSON lines (the format and the
+//! import's judging are the library's, `idemq::dlq::archive`).
 //!
 //! An export holds whole payloads, so it is created readable by its owner
 //! only (0600), never over an existing file unless `--force`, through a
 //! temporary file of its own (unique name, created exclusively) that is
 //! published only once written and synced.
 
-use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use idemq::dlq::archive::{
+    AgeRule, ImportFailure, Lines, MAX_LINE_BYTES, export_lines, import_lines, written_whole,
+};
+use idemq::dlq::inspect::OpenError;
 use idemq::dlq::peek::DeadMessage;
 use idemq::dlq::redrive::first_enqueued_times;
 use idemq::job::JobIdResolver;
-use idemq::producer::{Job, Producer};
+use idemq::producer::Producer;
 
-use super::jsonl::{self, AgeRule, Archived, Judged, Line, Lines, MAX_LINE_BYTES};
-use super::{CmdResult, Ctx, unseen_warning};
+use super::{CmdResult, Ctx, open_failed, unseen_warning};
 use crate::usage_error;
 
 impl Ctx {
@@ -28,24 +31,20 @@ impl Ctx {
                 file.display()
             )));
         }
-        let (items, unseen) = self.scan().await?;
+        let read = self.read_letters().await?;
+        let (items, unseen) = (read.items, read.unseen);
         let letters: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
-        let firsts = match first_enqueued_times(&self.peek, &letters).await {
+        let firsts = match first_enqueued_times(self.dlq.peek(), &letters).await {
             Ok(f) => f,
             Err(e) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 return Err(e.into());
             }
         };
-        let lines: Vec<String> = match items
-            .iter()
-            .zip(firsts)
-            .map(|((m, c), first)| serde_json::to_string(&Archived::of(m, c, first)))
-            .collect::<Result<_, _>>()
-        {
+        let lines = match export_lines(&items, firsts) {
             Ok(l) => l,
             Err(e) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 return Err(e.into());
             }
         };
@@ -55,7 +54,7 @@ impl Ctx {
         let written = match written {
             Ok(()) => std::fs::read_to_string(file).map_err(|e| e.to_string()),
             Err(Publish::Exists) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 return Ok(usage_error(&format!(
                     "{} exists: pass --force to replace it",
                     file.display()
@@ -63,20 +62,16 @@ impl Ctx {
             }
             Err(Publish::Io(e)) => Err(e),
         };
-        let written: HashSet<String> = match written {
-            Ok(text) => jsonl::parse(&text)
-                .into_iter()
-                .filter_map(|(_, a)| a.ok().map(|a| a.message_id))
-                .collect(),
+        let all_there = match written {
+            Ok(text) => written_whole(&text, &items),
             Err(e) => {
-                self.release(&items).await;
+                self.dlq.release(&items).await;
                 eprintln!("idemq dlq: cannot write {}: {e}", file.display());
                 return Ok(ExitCode::FAILURE);
             }
         };
-        let all_there = items.iter().all(|(m, _)| written.contains(&m.message_id));
         if !delete || !all_there {
-            self.release(&items).await;
+            self.dlq.release(&items).await;
             if delete {
                 eprintln!("the file does not read back whole: nothing deleted");
                 return Ok(ExitCode::FAILURE);
@@ -90,12 +85,15 @@ impl Ctx {
         }
         let messages: Vec<DeadMessage> = items.into_iter().map(|(m, _)| m).collect();
         let handles: Vec<&str> = messages.iter().map(|m| m.receipt_handle.as_str()).collect();
-        let not_deleted: Vec<&str> =
-            idemq::queue::delete_messages(self.peek.sqs(), self.peek.dlq_url(), &handles)
-                .await
-                .into_iter()
-                .map(|i| messages[i].message_id.as_str())
-                .collect();
+        let not_deleted: Vec<&str> = idemq::queue::delete_messages(
+            self.dlq.peek().sqs(),
+            self.dlq.peek().dlq_url(),
+            &handles,
+        )
+        .await
+        .into_iter()
+        .map(|i| messages[i].message_id.as_str())
+        .collect();
         for id in &not_deleted {
             eprintln!("failed: {id}: exported but not deleted");
         }
@@ -203,10 +201,9 @@ fn create_new_private(path: &Path) -> std::io::Result<File> {
     options.open(path)
 }
 
-/// Sends an export's messages to `to`, reading it line by line (one line
-/// of at most [`MAX_LINE_BYTES`] and 100 jobs in memory at a time). Each
-/// copy carries its job's first-enqueued time; a message past `age`'s
-/// horizon is not sent (unless forced), and reported with why.
+/// Sends an export's messages to `to` ([`import_lines`]: one line of at
+/// most [`MAX_LINE_BYTES`] and 100 jobs in memory at a time), and prints
+/// what was not sent, and why.
 pub(super) async fn import(
     sqs: &aws_sdk_sqs::Client,
     file: &Path,
@@ -222,91 +219,44 @@ pub(super) async fn import(
     // A queue that does not exist is the operator's mistake (exit 2); any
     // other failure to read it is AWS's (exit 1).
     if let Err(e) = idemq::queue::QueueInfo::discover(sqs, to).await {
-        return Ok(match super::OpenError::of_queue(to, e) {
-            super::OpenError::Usage(msg) => usage_error(&msg),
-            super::OpenError::Aws(msg) => {
-                eprintln!("idemq dlq: {msg}");
-                ExitCode::FAILURE
-            }
-        });
+        return Ok(open_failed(&OpenError::of_queue(to, e)));
     }
     let producer = Producer::with_client(sqs.clone(), to).await?;
     let mut lines = Lines::new(BufReader::new(input), MAX_LINE_BYTES);
     let bar = crate::progress::bar(size, "bytes");
-    let mut failures = Vec::new();
-    let mut past_horizon = Vec::new();
-    let mut sent = 0;
-    let mut chunk: Vec<(usize, Job)> = Vec::new();
-    loop {
-        let next = match lines.next_line() {
-            Ok(n) => n,
-            Err(e) => {
-                failures.push(format!("cannot read {}: {e}", file.display()));
-                None
-            }
-        };
-        let done = next.is_none();
-        if let Some((number, line)) = next {
-            let parsed = match line {
-                Line::Text(text) => jsonl::parse_line(&text),
-                Line::TooLong => Some(Err(format!(
-                    "longer than {MAX_LINE_BYTES} bytes: not an exported dead letter"
-                ))),
-                Line::NotUtf8 => Some(Err("not UTF-8: not an exported dead letter".into())),
-            };
-            let now = idemq::clock::now();
-            match parsed.map(|p| p.and_then(|a| a.judge(resolver, &age, now))) {
-                None => {}
-                Some(Ok(Judged::Send(job, forced))) => {
-                    if let Some(why) = forced {
-                        bar.suspend(|| {
-                            eprintln!(
-                                "warning: line {number}: sent although {why}; stamped as first \
-                                 enqueued now: its job may be applied twice"
-                            )
-                        });
-                    }
-                    chunk.push((number, job));
-                }
-                Some(Ok(Judged::PastHorizon(why))) => {
-                    past_horizon.push(format!("line {number}: {why}"))
-                }
-                Some(Err(e)) => failures.push(format!("line {number}: {e}")),
-            }
-        }
-        if chunk.len() >= 100 || (done && !chunk.is_empty()) {
-            let (numbers, jobs): (Vec<usize>, Vec<Job>) =
-                std::mem::take(&mut chunk).into_iter().unzip();
-            for (line, (_, result)) in numbers.into_iter().zip(producer.send_batch(jobs).await) {
-                match result {
-                    Ok(_) => sent += 1,
-                    Err(e) => failures.push(format!("line {line}: {e}")),
-                }
-            }
-            bar.set_position(lines.bytes_read());
-        }
-        if done {
-            break;
-        }
-    }
+    let report = import_lines(&producer, &mut lines, resolver, &age, |bytes| {
+        bar.set_position(bytes)
+    })
+    .await;
     bar.finish_and_clear();
-    for f in &failures {
-        eprintln!("failed: {f}");
+    for (number, why) in &report.forced {
+        eprintln!(
+            "warning: line {number}: sent although {why}; stamped as first \
+             enqueued now: its job may be applied twice"
+        );
     }
-    for p in &past_horizon {
-        eprintln!("past horizon: {p}");
+    for f in &report.failures {
+        match f {
+            ImportFailure::Line(number, why) => eprintln!("failed: line {number}: {why}"),
+            ImportFailure::Unreadable(e) => {
+                eprintln!("failed: cannot read {}: {e}", file.display())
+            }
+        }
     }
-    let mut summary = format!("imported {sent}, failed {}", failures.len());
-    if !past_horizon.is_empty() {
+    for (number, why) in &report.past_horizon {
+        eprintln!("past horizon: line {number}: {why}");
+    }
+    let mut summary = format!("imported {}, failed {}", report.sent, report.failures.len());
+    if !report.past_horizon.is_empty() {
         summary.push_str(&format!(
             ", not sent {} past the replay horizon (marker TTL {} less {}; --allow-expired-markers sends them)",
-            past_horizon.len(),
+            report.past_horizon.len(),
             humantime::format_duration(age.horizon.marker_ttl),
             humantime::format_duration(age.horizon.margin),
         ));
     }
     println!("{summary}");
-    Ok(if failures.is_empty() && past_horizon.is_empty() {
+    Ok(if report.is_complete() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

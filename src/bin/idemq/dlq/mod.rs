@@ -2,27 +2,24 @@
 //! losing or doubling anything.
 //!
 //! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
-//! and SQS's move task), [`archive`] (export, import) with the export
-//! format in [`jsonl`]. This file holds the
-//! arguments, their bounds, and the checks every command shares.
+//! and SQS's move task), [`archive`] (export, import). Each parses, calls
+//! the library (`idemq::dlq`: `inspect`, `redrive`, `archive`) and prints.
+//! This file holds the arguments and their bounds.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use idemq::TableLayout;
-use idemq::config::{DEFAULT_MARKER_TTL, IdempotencyConfig};
-use idemq::dead_letter::DeadLetters;
-use idemq::dlq::peek::{Context, DeadMessage, Peek};
-use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, Rate, RedriveOptions, dead_letter_sources};
+use idemq::config::IdempotencyConfig;
+use idemq::dlq::archive::AgeRule;
+use idemq::dlq::inspect::{Dlq, DlqOptions, OpenError, Scanned};
+use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, NativeRate, Rate, RedriveOptions};
 use idemq::horizon::ReplayHorizon;
 use idemq::job::JobIdResolver;
-use idemq::queue::{QueueError, QueueInfo};
 
 use crate::usage_error;
 
 mod archive;
-mod jsonl;
 mod read;
 mod redrive;
 
@@ -205,8 +202,16 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             wait,
             ..
         } => {
+            let filter = Filter::from_flags(
+                job_ids,
+                error_contains,
+                since.as_deref(),
+                until.as_deref(),
+                idemq::clock::now(),
+            )
+            .map_err(|e| e.to_string());
             let plan = redrive_plan(
-                build_filter(job_ids, error_contains, since.as_deref(), until.as_deref()),
+                filter,
                 max,
                 rate,
                 dry_run,
@@ -226,14 +231,16 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     };
     let ctx = match common {
         Some(c) => {
-            let settings = (resolver.clone(), horizon);
-            match Ctx::open(sqs.clone(), ddb, c, settings, explicit_destination).await {
-                Ok(ctx) => Some(ctx),
-                Err(OpenError::Usage(msg)) => return usage_error(&msg),
-                Err(OpenError::Aws(msg)) => {
-                    eprintln!("idemq dlq: {msg}");
-                    return ExitCode::FAILURE;
-                }
+            let options = DlqOptions {
+                dlq_url: c.dlq_url,
+                table: c.table,
+                hold: Duration::from_secs(c.hold_secs),
+                resolver: resolver.clone(),
+                explicit_destination,
+            };
+            match Dlq::connect(sqs.clone(), ddb, options).await {
+                Ok(dlq) => Some(Ctx { dlq, horizon }),
+                Err(e) => return open_failed(&e),
             }
         }
         None => None,
@@ -275,7 +282,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             }),
             _,
         ) => {
-            let age = jsonl::AgeRule {
+            let age = AgeRule {
                 horizon,
                 allow_expired_markers,
             };
@@ -305,7 +312,7 @@ enum RedrivePlan {
         cancel: bool,
         force: bool,
         to: Option<String>,
-        rate: Option<i32>,
+        rate: Option<NativeRate>,
         allow_expired_markers: bool,
     },
     Ours(Box<RedriveOptions>),
@@ -332,7 +339,10 @@ fn redrive_plan(
                     .into(),
             );
         }
-        let rate = rate.map(native_rate).transpose()?;
+        let rate = rate
+            .map(NativeRate::new)
+            .transpose()
+            .map_err(|e| e.to_string())?;
         return Ok(RedrivePlan::Native {
             cancel,
             force,
@@ -359,115 +369,36 @@ fn redrive_plan(
     })))
 }
 
-/// Why a command could not start: the operator's input (exit 2) or AWS
-/// (exit 1: throttling, an outage or a denied request is not a usage error).
-#[derive(Debug, PartialEq, Eq)]
-enum OpenError {
-    Usage(String),
-    Aws(String),
-}
-
-impl OpenError {
-    fn of_queue(url: &str, e: QueueError) -> Self {
-        match e {
-            QueueError::NotFound(_) => Self::Usage(format!("{url}: no such queue")),
-            other => Self::Aws(format!("cannot read queue {url}: {other}")),
-        }
+/// The exit of a command whose DLQ (or destination) could not be opened:
+/// the operator's input exits 2, AWS (throttling, an outage or a denied
+/// request is not a usage error) exits 1.
+fn open_failed(e: &OpenError) -> ExitCode {
+    if e.is_usage() {
+        return usage_error(&e.to_string());
     }
+    eprintln!("idemq dlq: {e}");
+    ExitCode::FAILURE
 }
 
 /// What every subcommand on a DLQ needs, checked once.
 struct Ctx {
-    peek: Peek,
-    records: Option<DeadLetters>,
-    dlq: QueueInfo,
-    resolver: JobIdResolver,
+    dlq: Dlq,
     /// The consumer's marker TTL less a day: no copy of an older job.
     horizon: ReplayHorizon,
 }
 
 impl Ctx {
-    /// Refuses, with one line, a queue that does not exist or is not a DLQ.
-    async fn open(
-        sqs: aws_sdk_sqs::Client,
-        ddb: aws_sdk_dynamodb::Client,
-        c: Common,
-        (resolver, horizon): (JobIdResolver, ReplayHorizon),
-        explicit_destination: bool,
-    ) -> Result<Self, OpenError> {
-        if !(c.dlq_url.starts_with("https://") || c.dlq_url.starts_with("http://")) {
-            return Err(OpenError::Usage(format!(
-                "--dlq-url {:?} is not a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
-                c.dlq_url
-            )));
-        }
-        // The same layout as the consumer's (IDEMQ_ATTR_*, IDEMQ_KEY_PREFIX),
-        // or records would be looked up under keys it never wrote.
-        let layout = match c.table.filter(|t| !t.is_empty()) {
-            Some(t) => Some(
-                TableLayout::from_env_with_table(Some(t))
-                    .map_err(|e| OpenError::Usage(e.to_string()))?,
-            ),
-            None => None,
-        };
-        let dlq = QueueInfo::discover(&sqs, &c.dlq_url)
-            .await
-            .map_err(|e| OpenError::of_queue(&c.dlq_url, e))?;
-        let sources = dead_letter_sources(&sqs, &c.dlq_url).await.map_err(|e| {
-            OpenError::Aws(format!(
-                "cannot list the source queues of {}: {e}",
-                c.dlq_url
-            ))
-        })?;
-        if sources.is_empty() && !explicit_destination {
-            return Err(OpenError::Usage(format!(
-                "{} is not a dead-letter queue: no queue's RedrivePolicy names it (to move its messages anyway, pass --to)",
-                c.dlq_url
-            )));
-        }
-        let records = layout.map(|l| {
-            DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL).with_source_queues(&sources)
-        });
-        Ok(Self {
-            peek: Peek::new(sqs, c.dlq_url, Duration::from_secs(c.hold_secs)),
-            records,
-            dlq,
-            resolver,
-            horizon,
-        })
-    }
-
     /// Every dead letter read, with its context, left invisible until
     /// `release`; and about how many could not be read.
-    async fn scan(&self) -> Result<(Vec<(DeadMessage, Context)>, u64), Box<dyn std::error::Error>> {
-        let total = self.peek.depth().await?.total();
+    async fn read_letters(&self) -> Result<Scanned, Box<dyn std::error::Error>> {
+        let total = self.dlq.peek().depth().await?.total();
         let bar = crate::progress::bar(total, "read");
-        let scan = self.peek.scan(None, |n| bar.set_position(n as u64)).await?;
+        let read = self
+            .dlq
+            .read_letters(|n| bar.set_position(n as u64))
+            .await?;
         bar.finish_and_clear();
-        let keys: Vec<_> = scan
-            .messages
-            .iter()
-            .map(|m| m.record_key(&self.resolver))
-            .collect();
-        let records = match &self.records {
-            Some(r) => r.read_many(&keys).await?,
-            None => Default::default(),
-        };
-        let items = scan
-            .messages
-            .into_iter()
-            .zip(keys)
-            .map(|(m, key)| {
-                let c = Context::of(&m, key.0.as_deref(), records.get(&key));
-                (m, c)
-            })
-            .collect();
-        Ok((items, scan.unseen))
-    }
-
-    async fn release(&self, items: &[(DeadMessage, Context)]) {
-        let messages: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
-        self.peek.release(&messages).await;
+        Ok(read)
     }
 }
 
@@ -478,57 +409,6 @@ fn unseen_warning(unseen: u64) -> String {
          of a FIFO group while one of its messages is in flight, and these sit behind more than 10 \
          letters of their group); what is shown covers only the letters read"
     )
-}
-
-/// `--rate` for SQS's move task: a whole number of messages per second,
-/// 1 to 500
-/// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_StartMessageMoveTask.html>,
-/// `MaxNumberOfMessagesPerSecond`: "The maximum value for messages per
-/// second is 500").
-fn native_rate(r: f64) -> Result<i32, String> {
-    if r.is_finite() && (1.0..=500.0).contains(&r) && r.fract() == 0.0 {
-        Ok(r as i32)
-    } else {
-        Err(format!(
-            "--rate {r}: SQS's move task takes a whole number of messages per second, 1 to 500"
-        ))
-    }
-}
-
-fn build_filter(
-    job_ids: Vec<String>,
-    error_contains: Option<String>,
-    since: Option<&str>,
-    until: Option<&str>,
-) -> Result<Filter, String> {
-    let now = idemq::clock::now();
-    let filter = Filter {
-        job_ids: job_ids.into_iter().collect(),
-        error_contains: error_contains.filter(|s| !s.is_empty()),
-        since: since.map(|s| parse_when("--since", s, now)).transpose()?,
-        until: until.map(|s| parse_when("--until", s, now)).transpose()?,
-    };
-    if let (Some(s), Some(u)) = (filter.since, filter.until)
-        && s > u
-    {
-        return Err("--since is after --until: nothing could match".into());
-    }
-    Ok(filter)
-}
-
-/// A time (RFC 3339) or a duration before `now` (`2h`, `30m`).
-fn parse_when(flag: &str, value: &str, now: SystemTime) -> Result<SystemTime, String> {
-    if let Ok(t) = humantime::parse_rfc3339_weak(value) {
-        return Ok(t);
-    }
-    if let Ok(d) = humantime::parse_duration(value) {
-        return now
-            .checked_sub(d)
-            .ok_or_else(|| format!("{flag} {value:?} reaches before 1970"));
-    }
-    Err(format!(
-        "{flag} {value:?} is neither a time (2026-12-01T10:00:00Z) nor a duration ago (2h)"
-    ))
 }
 
 /// `--wait`: a duration up to SQS's longest hold, 12 hours; longer could
@@ -542,86 +422,9 @@ fn parse_wait(value: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `s` on one line, cut to `max` characters.
-fn one_line(s: &str, max: usize) -> String {
-    let flat = s.replace(['\n', '\r', '\t'], " ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::UNIX_EPOCH;
-
-    #[test]
-    fn times_are_absolute_or_ago() {
-        let now = UNIX_EPOCH + Duration::from_secs(10_000);
-        assert_eq!(
-            parse_when("--since", "2h", now),
-            Ok(UNIX_EPOCH + Duration::from_secs(2_800))
-        );
-        assert_eq!(
-            parse_when("--since", "1970-01-01T00:00:05Z", now),
-            Ok(UNIX_EPOCH + Duration::from_secs(5))
-        );
-        let err = parse_when("--until", "yesterday", now).unwrap_err();
-        assert!(err.starts_with("--until \"yesterday\" is neither"), "{err}");
-    }
-
-    #[test]
-    fn filters_refuse_an_empty_window() {
-        let err = build_filter(
-            vec![],
-            None,
-            Some("2026-12-02T00:00:00Z"),
-            Some("2026-12-01T00:00:00Z"),
-        )
-        .unwrap_err();
-        assert!(err.contains("after --until"));
-        let f = build_filter(
-            vec!["a".into(), "a".into()],
-            Some(String::new()),
-            None,
-            None,
-        )
-        .unwrap();
-        assert_eq!(f.job_ids.len(), 1);
-        assert_eq!(f.error_contains, None);
-    }
-
-    #[test]
-    fn one_line_flattens_and_cuts() {
-        assert_eq!(one_line("a\nb", 10), "a b");
-        assert_eq!(one_line("abcdef", 4), "abc…");
-    }
-
-    /// Only a missing queue is the operator's mistake (exit 2); anything
-    /// SQS answered with (throttling, an outage, a denial) exits 1.
-    #[test]
-    fn aws_failures_are_not_usage_errors() {
-        let url = "https://sqs.us-east-1.amazonaws.com/1/q";
-        assert!(matches!(
-            OpenError::of_queue(url, QueueError::NotFound(url.into())),
-            OpenError::Usage(m) if m.contains("no such queue")
-        ));
-        assert!(matches!(
-            OpenError::of_queue(url, QueueError::Sqs("ThrottlingException: Rate exceeded".into())),
-            OpenError::Aws(m) if m.contains("ThrottlingException")
-        ));
-    }
-
-    #[test]
-    fn native_rates_are_whole_and_within_sqs_limits() {
-        assert_eq!(native_rate(500.0), Ok(500));
-        assert_eq!(native_rate(1.0), Ok(1));
-        for bad in [0.0, 0.5, 1e-300, 501.0, f64::INFINITY, f64::NAN, 2.5] {
-            assert!(native_rate(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn bounds_are_enforced_by_the_parser() {

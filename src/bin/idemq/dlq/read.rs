@@ -1,14 +1,13 @@
 //! `stats`, `list`, `show`: reading the DLQ without consuming it.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use idemq::dead_letter::FailureRecord;
 use idemq::dlq::copies::{Letter, letters};
+use idemq::dlq::inspect::{Row, Stats, find_letter, one_line};
 
-use super::{CmdResult, Ctx, one_line, unseen_warning};
+use super::{CmdResult, Ctx, unseen_warning};
 
 /// Exit 0 when every letter was read; else the warning and exit 1.
 fn finish(unseen: u64) -> ExitCode {
@@ -21,95 +20,55 @@ fn finish(unseen: u64) -> ExitCode {
 
 impl Ctx {
     pub(super) async fn stats(&self, json: bool) -> CmdResult {
-        let depth = self.peek.depth().await?;
-        let (items, unseen) = self.scan().await?;
-        self.release(&items).await;
-        let read = items.len();
-        let oldest = items.iter().filter_map(|(m, _)| m.sent_at()).min();
-        // Counted by job: a crash's second copy is not a second failure.
-        let letters = letters(items);
-        let mut by_error: BTreeMap<String, usize> = BTreeMap::new();
-        let mut by_source: BTreeMap<String, usize> = BTreeMap::new();
-        for Letter { context: c, .. } in &letters {
-            let error = c
-                .last_error
-                .clone()
-                .unwrap_or_else(|| "(no context)".into());
-            *by_error.entry(error).or_default() += 1;
-            *by_source
-                .entry(c.source_queue.clone().unwrap_or_else(|| "(unknown)".into()))
-                .or_default() += 1;
-        }
-        let age = oldest.and_then(|t| idemq::clock::now().duration_since(t).ok());
+        let depth = self.dlq.peek().depth().await?;
+        let read = self.read_letters().await?;
+        self.dlq.release(&read.items).await;
+        let stats = Stats::of(&self.dlq.info().name, depth, read, idemq::clock::now());
+        let unseen = stats.unseen;
         if json {
-            let v = serde_json::json!({
-                "dlq": self.dlq.name,
-                "depth": depth,
-                "oldest_age_secs": age.map(|a| a.as_secs()),
-                "by_error": by_error,
-                "source_queues": by_source,
-                "read": read,
-                "jobs": letters.len(),
-                "copies": read - letters.len(),
-                "unseen": unseen,
-            });
-            println!("{v}");
+            // Through a `Value`, so that keys come out as serde_json orders
+            // an object's (as they always have), not in field order.
+            println!("{}", serde_json::to_value(&stats)?);
             return Ok(finish(unseen));
         }
         println!(
             "DLQ {}: {} messages (visible {}, in flight {}, delayed {})",
-            self.dlq.name,
+            stats.dlq,
             depth.total(),
             depth.visible,
             depth.in_flight,
             depth.delayed
         );
-        match age {
-            Some(a) => println!(
-                "oldest: {} old",
-                humantime::format_duration(Duration::from_secs(a.as_secs()))
-            ),
+        match stats.oldest_age {
+            Some(a) => println!("oldest: {} old", humantime::format_duration(a)),
             None => println!("oldest: -"),
         }
         println!("source queues:");
-        for (q, n) in &by_source {
+        for (q, n) in &stats.by_source {
             println!("  {n:>6}  {q}");
         }
         println!("by error:");
-        let mut errors: Vec<_> = by_error.into_iter().collect();
-        errors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        for (e, n) in errors {
-            println!("  {n:>6}  {}", one_line(&e, 100));
+        for (e, n) in stats.errors_by_count() {
+            println!("  {n:>6}  {}", one_line(e, 100));
         }
         println!(
-            "read: {read} messages, {} jobs ({} duplicate copies)",
-            letters.len(),
-            read - letters.len()
+            "read: {} messages, {} jobs ({} duplicate copies)",
+            stats.read, stats.jobs, stats.copies
         );
         Ok(finish(unseen))
     }
 
     pub(super) async fn list(&self, json: bool) -> CmdResult {
-        let (items, unseen) = self.scan().await?;
-        self.release(&items).await;
-        let letters = letters(items);
+        let read = self.read_letters().await?;
+        self.dlq.release(&read.items).await;
+        let unseen = read.unseen;
+        let letters = letters(read.items);
+        let rows: Vec<Row> = letters.iter().map(Row::of).collect();
         let mut out = std::io::stdout().lock();
         if json {
-            for l in &letters {
-                let c = &l.context;
-                let row = serde_json::json!({
-                    "job_id": c.job_id,
-                    "message_id": c.message_id,
-                    "attempts": c.attempts,
-                    "last_error": one_line(&c.error_line(), usize::MAX),
-                    "failed_at": c.failed_at.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-                    "source_queue": c.source_queue,
-                    "payload_bytes": c.payload_bytes,
-                    "copies": l.count(),
-                    "copy_message_ids": l.copies,
-                    "conflicting": l.conflicting,
-                });
-                writeln!(out, "{row}")?;
+            for row in &rows {
+                // Through a `Value`: keys in serde_json's object order.
+                writeln!(out, "{}", serde_json::to_value(row)?)?;
             }
             return Ok(finish(unseen));
         }
@@ -123,9 +82,8 @@ impl Ctx {
             "{:<24} {:<36} {:>3} {:>3} {:<20} {:<16} {:>7}  LAST ERROR",
             "JOB ID", "MESSAGE ID", "CPY", "ATT", "FAILED AT", "SOURCE", "BYTES"
         )?;
-        for l in &letters {
-            let c = &l.context;
-            let job = match (&c.job_id, l.conflicting) {
+        for r in &rows {
+            let job = match (&r.job_id, r.conflicting) {
                 (Some(j), true) => format!("{j} (!)"),
                 (Some(j), false) => j.clone(),
                 (None, _) => "-".into(),
@@ -134,24 +92,24 @@ impl Ctx {
                 out,
                 "{:<24} {:<36} {:>3} {:>3} {:<20} {:<16} {:>7}  {}",
                 one_line(&job, 24),
-                c.message_id,
-                l.count(),
-                c.attempts.map_or("-".into(), |a| a.to_string()),
-                c.failed_at
+                r.message_id,
+                r.copies,
+                r.attempts.map_or("-".into(), |a| a.to_string()),
+                r.failed_at
                     .map_or("-".into(), |t| humantime::format_rfc3339_seconds(t)
                         .to_string()),
-                one_line(c.source_queue.as_deref().unwrap_or("-"), 16),
-                c.payload_bytes,
-                one_line(&c.error_line(), width),
+                one_line(r.source_queue.as_deref().unwrap_or("-"), 16),
+                r.payload_bytes,
+                one_line(&r.last_error, width),
             )?;
         }
-        let read: usize = letters.iter().map(Letter::count).sum();
+        let read: usize = rows.iter().map(|r| r.copies).sum();
         writeln!(
             out,
             "{} dead letters ({read} messages: CPY counts a job's copies, same job id and payload)",
-            letters.len()
+            rows.len()
         )?;
-        if letters.iter().any(|l| l.conflicting) {
+        if rows.iter().any(|r| r.conflicting) {
             writeln!(
                 out,
                 "(!): another letter has this job id and a different payload (not a copy)"
@@ -161,20 +119,16 @@ impl Ctx {
     }
 
     pub(super) async fn show(&self, id: &str, payload: bool) -> CmdResult {
-        let (items, unseen) = self.scan().await?;
-        self.release(&items).await;
-        let letters = letters(items);
-        let found = letters.iter().find(|l| {
-            l.message.message_id == id
-                || l.copies.iter().any(|c| c == id)
-                || l.context.job_id.as_deref() == Some(id)
-        });
+        let read = self.read_letters().await?;
+        self.dlq.release(&read.items).await;
+        let unseen = read.unseen;
+        let letters = letters(read.items);
         let Some(Letter {
             message: msg,
             context: c,
             copies,
             conflicting,
-        }) = found
+        }) = find_letter(&letters, id)
         else {
             if unseen > 0 {
                 eprintln!("{id}: not among the letters read");
@@ -182,9 +136,7 @@ impl Ctx {
             } else {
                 eprintln!("{id}: not in the DLQ");
             }
-            if let Some(records) = &self.records
-                && let Some(r) = records.read(Some(id), id).await?
-            {
+            if let Some(r) = self.dlq.failure_record(id).await? {
                 print_record(&r);
             }
             return Ok(ExitCode::FAILURE);

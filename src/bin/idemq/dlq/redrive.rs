@@ -3,15 +3,14 @@
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
+use idemq::dlq::inspect::one_line;
 use idemq::dlq::redrive::{
-    HeldElsewhere, Redrive, RedriveOptions, cancel_native, native_status, past_horizon,
-    start_native,
+    HeldElsewhere, NativeRate, NativeRefusal, Redrive, RedriveOptions, cancel_native, check_native,
+    start_native, wait_native,
 };
-use idemq::job::JobIdSource;
 
-use super::{CmdResult, Ctx, one_line, unseen_warning};
+use super::{CmdResult, Ctx, unseen_warning};
 
 impl Ctx {
     pub(super) async fn redrive(&self, options: RedriveOptions) -> CmdResult {
@@ -19,15 +18,15 @@ impl Ctx {
         let judging_errors = options.filter.error_contains.is_some();
         let total = match options.max {
             Some(m) => m as u64,
-            None => self.peek.depth().await?.total(),
+            None => self.dlq.peek().depth().await?.total(),
         };
-        let redrive = Redrive::new(&self.peek, self.records.as_ref(), options).await?;
+        let redrive = Redrive::new(self.dlq.peek(), self.dlq.records(), options).await?;
         let bar = crate::progress::bar(total, if dry_run { "matched" } else { "moved" });
         // One line each time the number held changes, not one per look.
         let last_held = AtomicU64::new(0);
         let waiting = |held: &HeldElsewhere| {
             if last_held.swap(held.count, Ordering::Relaxed) != held.count {
-                bar.suspend(|| eprintln!("idemq dlq: waiting: {}", held_line(held)));
+                bar.suspend(|| eprintln!("idemq dlq: waiting: {held}"));
             }
         };
         let report = redrive
@@ -74,7 +73,7 @@ impl Ctx {
                 "warning: {} dead letters have no recorded error (no failure record{}, no idemq-error attribute): \
                  --error-contains could not judge them, and left them in the DLQ",
                 report.unjudged,
-                if self.records.is_some() {
+                if self.dlq.records().is_some() {
                     ""
                 } else {
                     "s read: pass --table or set IDEMQ_TABLE"
@@ -132,43 +131,31 @@ impl Ctx {
             eprintln!("idemq dlq: {}", unseen_warning(report.unseen));
         }
         if let Some(held) = &report.held_elsewhere {
-            eprintln!("idemq dlq: not read: {}", held_line(held));
+            eprintln!("idemq dlq: not read: {held}");
             eprintln!(
                 "idemq dlq: rerun once they are back, or pass --wait <duration> to wait for them"
             );
         }
-        // Letters left past the horizon are work the operator asked for and
-        // did not get: a failure, not a quiet skip.
-        let complete =
-            report.unseen == 0 && report.held_elsewhere.is_none() && report.past_horizon.is_empty();
-        Ok(if report.failed.is_empty() && complete {
+        Ok(if report.is_complete() {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
         })
     }
 
-    /// SQS's move task cannot add `idemq-job-id`, and gives every message it
-    /// moves a new MessageId
-    /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html>:
-    /// "All redriven messages are considered new messages and are assigned
-    /// a new messageID"). A job known only by its MessageId would be applied
-    /// again, so the task starts only when every letter carries a stable id
-    /// (attribute or body pointer), or with `--force`.
-    ///
-    /// Nor can it leave a letter behind or stamp `idemq-first-enqueued`:
-    /// it starts only when no letter is past the replay horizon (the
-    /// marker TTL less a day), or with `--allow-expired-markers`.
+    /// SQS's move task, once [`check_native`] finds nothing it would
+    /// harm (unless `--force` and `--allow-expired-markers` say otherwise).
     pub(super) async fn native(
         &self,
         cancel: bool,
         force: bool,
         to: Option<&str>,
-        rate: Option<i32>,
+        rate: Option<NativeRate>,
         allow_expired_markers: bool,
     ) -> CmdResult {
-        let sqs = self.peek.sqs();
-        let dlq_arn = idemq::queue::arn(sqs, self.peek.dlq_url()).await?;
+        let peek = self.dlq.peek();
+        let sqs = peek.sqs();
+        let dlq_arn = idemq::queue::arn(sqs, peek.dlq_url()).await?;
         if cancel {
             match cancel_native(sqs, &dlq_arn).await? {
                 Some(moved) => println!("cancelled the move task after {moved} messages"),
@@ -177,81 +164,56 @@ impl Ctx {
             return Ok(ExitCode::SUCCESS);
         }
         if !(force && allow_expired_markers) {
-            let (items, unseen) = self.scan().await?;
-            self.release(&items).await;
-            if !allow_expired_markers {
-                let letters: Vec<_> = items.iter().map(|(m, _)| m.clone()).collect();
-                let old = past_horizon(
-                    &self.peek,
-                    &letters,
-                    &self.horizon,
-                    &self.resolver,
-                    idemq::clock::now(),
-                )
-                .await?;
-                for r in &old {
-                    eprintln!("past horizon: {}: {}", r.message_id, r.why);
+            let read = self.read_letters().await?;
+            self.dlq.release(&read.items).await;
+            let letters: Vec<_> = read.items.into_iter().map(|(m, _)| m).collect();
+            let checked = check_native(
+                peek,
+                &letters,
+                read.unseen,
+                self.dlq.resolver(),
+                &self.horizon,
+                force,
+                allow_expired_markers,
+            )
+            .await;
+            match checked {
+                Ok(()) => {}
+                Err(refusal @ NativeRefusal::Unseen(unseen)) => {
+                    eprintln!("idemq dlq: {}", unseen_warning(unseen));
+                    eprintln!("idemq dlq: {refusal}");
+                    return Ok(ExitCode::FAILURE);
                 }
-                if !old.is_empty() {
-                    return Ok(crate::usage_error(&format!(
-                        "{} of {} dead letters are past the replay horizon: SQS's move task would \
-                         move them too, as new jobs their markers may no longer remember. Use the \
-                         default redrive (it leaves them in the DLQ and moves the rest), or pass \
-                         --allow-expired-markers to move them anyway",
-                        old.len(),
-                        items.len()
-                    )));
-                }
-            }
-            if !force {
-                let unstable = items
-                    .iter()
-                    .filter(|(m, _)| {
-                        matches!(m.resolve(&self.resolver), Ok((_, JobIdSource::MessageId)))
-                    })
-                    .count();
-                if unstable > 0 {
-                    return Ok(crate::usage_error(&format!(
-                        "{unstable} of {} dead letters carry no idemq-job-id{}: SQS's move task gives each \
-                         a new MessageId, so the consumer would apply them again as new jobs. Use the default \
-                         redrive (it stamps idemq-job-id), or pass --force to move them anyway",
-                        items.len(),
-                        if self.resolver.body_pointer.is_some() {
-                            " and no job id at IDEMQ_JOB_ID_POINTER"
-                        } else {
-                            ""
+                Err(refusal) if refusal.is_usage() => {
+                    if let NativeRefusal::PastHorizon { refused, .. } = &refusal {
+                        for r in refused {
+                            eprintln!("past horizon: {}: {}", r.message_id, r.why);
                         }
-                    )));
+                    }
+                    return Ok(crate::usage_error(&refusal.to_string()));
                 }
-            }
-            if unseen > 0 {
-                eprintln!("idemq dlq: {}", unseen_warning(unseen));
-                eprintln!(
-                    "idemq dlq: not starting the move task: the unread letters may lack idemq-job-id \
-                     or be past the replay horizon (--force and --allow-expired-markers move anyway)"
-                );
-                return Ok(ExitCode::FAILURE);
+                Err(e) => return Err(e.into()),
             }
         }
         let to_arn = match to {
             Some(url) => Some(idemq::queue::arn(sqs, url).await?),
             None => None,
         };
-        start_native(sqs, &dlq_arn, to_arn.as_deref(), rate).await?;
-        let bar = crate::progress::bar(self.peek.depth().await?.total(), "moved");
-        let task = loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let Some(task) = native_status(sqs, &dlq_arn).await? else {
-                continue;
-            };
+        start_native(
+            sqs,
+            &dlq_arn,
+            to_arn.as_deref(),
+            rate.map(NativeRate::messages_per_second),
+        )
+        .await?;
+        let bar = crate::progress::bar(peek.depth().await?.total(), "moved");
+        let task = wait_native(sqs, &dlq_arn, |task| {
             if let Some(n) = task.to_move {
                 bar.set_length(n as u64);
             }
             bar.set_position(task.moved as u64);
-            if task.status != "RUNNING" {
-                break task;
-            }
-        };
+        })
+        .await?;
         bar.finish_and_clear();
         println!(
             "native move task {}: moved {}",
@@ -275,21 +237,4 @@ fn copies(n: usize) -> String {
     } else {
         format!("{n} duplicate copies")
     }
-}
-
-/// How many letters another reader holds, and when they come back.
-fn held_line(held: &HeldElsewhere) -> String {
-    let when = match held.queue_visibility_timeout {
-        Some(t) => format!(
-            "they come back when that reader's hold ends: within the DLQ's visibility timeout ({}) \
-             if it set none, up to 12h if it set its own",
-            humantime::format_duration(t)
-        ),
-        None => "they come back when that reader's hold ends".into(),
-    };
-    format!(
-        "about {} dead letters are held by another reader (in flight: a killed run, another \
-         idemq dlq command); {when}",
-        held.count
-    )
 }

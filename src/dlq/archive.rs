@@ -1,8 +1,16 @@
 //! Dead letters as JSON lines: to archive them, or to move them between
 //! accounts. One message per line, with every attribute, its FIFO fields
 //! and its context; an import sends each line back exactly as it was.
+//!
+//! An export is [`export_lines`] of what [`inspect::Dlq::read_letters`]
+//! read, checked with [`written_whole`] before any letter is deleted; an
+//! import is [`import_lines`], which judges each line against the replay
+//! horizon ([`Archived::judge`]) and sends in chunks. Where the lines are
+//! written (the `idemq` binary: a new 0600 file) is the caller's.
+//!
+//! [`inspect::Dlq::read_letters`]: super::inspect::Dlq::read_letters
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::primitives::Blob;
@@ -11,12 +19,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
-use idemq::JOB_ID_ATTRIBUTE;
-use idemq::dlq::peek::{Context, DeadMessage};
-use idemq::horizon::{ALLOW_EXPIRED_FLAG, ReplayHorizon};
-use idemq::job::FIRST_ENQUEUED_ATTRIBUTE;
-use idemq::job::JobIdResolver;
-use idemq::producer::Job;
+use crate::JOB_ID_ATTRIBUTE;
+use crate::dlq::peek::{Context, DeadMessage};
+use crate::horizon::{ALLOW_EXPIRED_FLAG, ReplayHorizon};
+use crate::job::FIRST_ENQUEUED_ATTRIBUTE;
+use crate::job::JobIdResolver;
+use crate::producer::{Job, Producer};
 
 /// One exported dead letter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -239,6 +247,130 @@ pub fn parse(input: &str) -> Vec<(usize, Result<Archived, String>)> {
         .collect()
 }
 
+/// The export lines of `items` (each message read with its context), with
+/// their jobs' first-enqueued times `firsts` in the same order (see
+/// [`first_enqueued_times`](super::redrive::first_enqueued_times)): one
+/// JSON object each, without its newline.
+pub fn export_lines(
+    items: &[(DeadMessage, Context)],
+    firsts: Vec<Option<SystemTime>>,
+) -> Result<Vec<String>, serde_json::Error> {
+    items
+        .iter()
+        .zip(firsts)
+        .map(|((m, c), first)| serde_json::to_string(&Archived::of(m, c, first)))
+        .collect()
+}
+
+/// Whether `text`, an export read back from where it was written, holds a
+/// line for every message of `items`: only a file that holds every
+/// message may stand for the DLQ (and let its letters be deleted).
+pub fn written_whole(text: &str, items: &[(DeadMessage, Context)]) -> bool {
+    let written: HashSet<String> = parse(text)
+        .into_iter()
+        .filter_map(|(_, a)| a.ok().map(|a| a.message_id))
+        .collect();
+    items.iter().all(|(m, _)| written.contains(&m.message_id))
+}
+
+/// What an import did.
+#[derive(Debug, Default)]
+pub struct ImportReport {
+    /// Messages sent.
+    pub sent: usize,
+    /// What could not be read, parsed or sent, in the order it happened.
+    pub failures: Vec<ImportFailure>,
+    /// Lines not sent, past the replay horizon (or of unknown age): each
+    /// line number and why.
+    pub past_horizon: Vec<(usize, String)>,
+    /// Lines sent although past the horizon (`allow_expired_markers`),
+    /// stamped as first enqueued now: each line number and why.
+    pub forced: Vec<(usize, String)>,
+}
+
+impl ImportReport {
+    /// Every line sent: nothing failed, nothing left past the horizon.
+    pub fn is_complete(&self) -> bool {
+        self.failures.is_empty() && self.past_horizon.is_empty()
+    }
+}
+
+/// Why part of an import was not sent.
+#[derive(Debug)]
+pub enum ImportFailure {
+    /// This line (its number) was not an exported dead letter, or its send
+    /// failed: why.
+    Line(usize, String),
+    /// The input could not be read further; the lines before were judged.
+    Unreadable(std::io::Error),
+}
+
+/// Jobs an import sends at once.
+const IMPORT_CHUNK: usize = 100;
+
+/// Sends the messages of an export read from `lines` with `producer`, 100
+/// jobs in memory at a time. Each copy carries the job id `resolver`
+/// resolves and its job's first-enqueued time; a line past `age`'s
+/// horizon is not sent (unless the rule allows it), and reported with why.
+/// `progress` is called with the bytes read after each chunk is sent.
+pub async fn import_lines<R: std::io::BufRead>(
+    producer: &Producer,
+    lines: &mut Lines<R>,
+    resolver: &JobIdResolver,
+    age: &AgeRule,
+    mut progress: impl FnMut(u64),
+) -> ImportReport {
+    let mut report = ImportReport::default();
+    let mut chunk: Vec<(usize, Job)> = Vec::new();
+    loop {
+        let next = match lines.next_line() {
+            Ok(n) => n,
+            Err(e) => {
+                report.failures.push(ImportFailure::Unreadable(e));
+                None
+            }
+        };
+        let done = next.is_none();
+        if let Some((number, line)) = next {
+            let parsed = match line {
+                Line::Text(text) => parse_line(&text),
+                Line::TooLong => Some(Err(format!(
+                    "longer than {MAX_LINE_BYTES} bytes: not an exported dead letter"
+                ))),
+                Line::NotUtf8 => Some(Err("not UTF-8: not an exported dead letter".into())),
+            };
+            let now = crate::clock::now();
+            match parsed.map(|p| p.and_then(|a| a.judge(resolver, age, now))) {
+                None => {}
+                Some(Ok(Judged::Send(job, forced))) => {
+                    if let Some(why) = forced {
+                        report.forced.push((number, why));
+                    }
+                    chunk.push((number, job));
+                }
+                Some(Ok(Judged::PastHorizon(why))) => report.past_horizon.push((number, why)),
+                Some(Err(e)) => report.failures.push(ImportFailure::Line(number, e)),
+            }
+        }
+        if chunk.len() >= IMPORT_CHUNK || (done && !chunk.is_empty()) {
+            let (numbers, jobs): (Vec<usize>, Vec<Job>) =
+                std::mem::take(&mut chunk).into_iter().unzip();
+            for (line, (_, result)) in numbers.into_iter().zip(producer.send_batch(jobs).await) {
+                match result {
+                    Ok(_) => report.sent += 1,
+                    Err(e) => report
+                        .failures
+                        .push(ImportFailure::Line(line, e.to_string())),
+                }
+            }
+            progress(lines.bytes_read());
+        }
+        if done {
+            return report;
+        }
+    }
+}
+
 /// Longest export line read: a 1 MiB body, JSON-escaped at worst six bytes
 /// per byte, with its attributes and context.
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
@@ -445,6 +577,30 @@ mod stream_tests {
         assert_eq!(line(r#"{"x":1}"#).to_job(&r).unwrap().id, "m-dlq");
         let err = line(r#"{"ref":[1]}"#).to_job(&r).unwrap_err();
         assert!(err.contains("no valid job id"), "{err}");
+    }
+
+    /// Only a file with a line for every letter read may stand for the
+    /// DLQ: one missing (or unreadable) line and nothing is deleted.
+    #[test]
+    fn an_export_is_whole_only_with_every_letter() {
+        let letter = |id: &str| {
+            let m = DeadMessage {
+                message_id: id.into(),
+                receipt_handle: "rh".into(),
+                body: "{}".into(),
+                attributes: HashMap::new(),
+                system: HashMap::new(),
+            };
+            let c = Context::of(&m, None, None);
+            (m, c)
+        };
+        let items = vec![letter("m-1"), letter("m-2")];
+        let lines = export_lines(&items, vec![None, None]).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert!(written_whole(&lines.join("\n"), &items));
+        assert!(!written_whole(&lines[0], &items), "a line short");
+        let garbled = format!("{}\n{}", lines[0], &lines[1][..lines[1].len() - 1]);
+        assert!(!written_whole(&garbled, &items), "a line cut short");
     }
 
     #[test]

@@ -1,0 +1,396 @@
+//! Opening a DLQ and reading what an operator asks of it: its stats, one
+//! row per letter, one letter whole.
+//!
+//! [`Dlq::connect`] refuses a queue that does not exist or is not a DLQ;
+//! [`Dlq::read_letters`] reads every letter without consuming it, each
+//! joined with its failure record. What follows is pure: [`Stats::of`],
+//! [`Row::of`] and [`find_letter`] turn the letters read into data that
+//! the CLI prints (as a table or as JSON) and a console can render.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::copies::{Letter, letters};
+use super::peek::{Context, DeadMessage, Depth, Peek, join_records};
+use super::redrive::dead_letter_sources;
+use crate::config::{ConfigError, DEFAULT_MARKER_TTL, TableLayout};
+use crate::dead_letter::{DeadLetters, DlqError, FailureRecord};
+use crate::job::JobIdResolver;
+use crate::queue::{QueueError, QueueInfo};
+
+/// Why a DLQ could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The DLQ URL given is not a URL.
+    #[error(
+        "--dlq-url {0:?} is not a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"
+    )]
+    NotAUrl(String),
+    /// The table layout (`IDEMQ_ATTR_*`, `IDEMQ_KEY_PREFIX`) is malformed.
+    #[error(transparent)]
+    Layout(#[from] ConfigError),
+    /// No queue has this URL.
+    #[error("{0}: no such queue")]
+    NoSuchQueue(String),
+    /// No queue's `RedrivePolicy` names this one, and no destination was
+    /// given.
+    #[error(
+        "{0} is not a dead-letter queue: no queue's RedrivePolicy names it (to move its messages anyway, pass --to)"
+    )]
+    NotADlq(String),
+    /// SQS would not describe the queue (throttling, an outage, a denial).
+    #[error("cannot read queue {url}: {source}")]
+    Queue {
+        /// The queue URL.
+        url: String,
+        /// SQS's answer.
+        source: QueueError,
+    },
+    /// SQS would not list the queues that name it as their DLQ.
+    #[error("cannot list the source queues of {url}: {source}")]
+    Sources {
+        /// The DLQ URL.
+        url: String,
+        /// SQS's answer.
+        source: DlqError,
+    },
+}
+
+impl OpenError {
+    /// `url` could not be described: a missing queue is the operator's
+    /// mistake, anything else SQS's.
+    pub fn of_queue(url: &str, e: QueueError) -> Self {
+        match e {
+            QueueError::NotFound(_) => Self::NoSuchQueue(url.to_owned()),
+            other => Self::Queue {
+                url: url.to_owned(),
+                source: other,
+            },
+        }
+    }
+
+    /// Whether the operator's input is at fault (the CLI exits 2), rather
+    /// than AWS (throttling, an outage or a denied request: exit 1).
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, Self::Queue { .. } | Self::Sources { .. })
+    }
+}
+
+/// Which DLQ to open, and how to read it.
+#[derive(Debug, Clone)]
+pub struct DlqOptions {
+    /// The DLQ's URL.
+    pub dlq_url: String,
+    /// The idemq table, for failure records; key names and prefix come
+    /// from the environment, as for the consumer
+    /// ([`TableLayout::from_env_with_table`]). `None` or empty: no records.
+    pub table: Option<String>,
+    /// How long each message stays invisible while it is read.
+    pub hold: Duration,
+    /// The consumer's job-id resolver: records are stored under the id it
+    /// resolves.
+    pub resolver: JobIdResolver,
+    /// A destination was given (a redrive `--to`): a queue that no queue
+    /// names as its DLQ may then be opened too.
+    pub explicit_destination: bool,
+}
+
+/// An open DLQ: checked to exist and to be a DLQ, with its failure records.
+#[derive(Debug)]
+pub struct Dlq {
+    peek: Peek,
+    records: Option<DeadLetters>,
+    info: QueueInfo,
+    resolver: JobIdResolver,
+}
+
+/// Every letter read from a DLQ, each with its context, held invisible
+/// until [`Dlq::release`].
+#[derive(Debug, Clone, Default)]
+pub struct Scanned {
+    /// The messages read, in first-receive order, each with its context.
+    pub items: Vec<(DeadMessage, Context)>,
+    /// About how many letters could not be read (see
+    /// [`Scan::unseen`](super::peek::Scan::unseen)).
+    pub unseen: u64,
+}
+
+impl Dlq {
+    /// Opens the DLQ of `options` (not named `open`: the IAM checks follow
+    /// calls by name, and the consumer opens envelopes), refusing a URL that is not one, a queue
+    /// that does not exist, and a queue no `RedrivePolicy` names (unless
+    /// [`DlqOptions::explicit_destination`]).
+    pub async fn connect(
+        sqs: aws_sdk_sqs::Client,
+        ddb: aws_sdk_dynamodb::Client,
+        options: DlqOptions,
+    ) -> Result<Self, OpenError> {
+        let url = options.dlq_url;
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(OpenError::NotAUrl(url));
+        }
+        // The same layout as the consumer's (IDEMQ_ATTR_*, IDEMQ_KEY_PREFIX),
+        // or records would be looked up under keys it never wrote.
+        let layout = match options.table.filter(|t| !t.is_empty()) {
+            Some(t) => Some(TableLayout::from_env_with_table(Some(t))?),
+            None => None,
+        };
+        let info = QueueInfo::discover(&sqs, &url)
+            .await
+            .map_err(|e| OpenError::of_queue(&url, e))?;
+        let sources =
+            dead_letter_sources(&sqs, &url)
+                .await
+                .map_err(|source| OpenError::Sources {
+                    url: url.clone(),
+                    source,
+                })?;
+        if sources.is_empty() && !options.explicit_destination {
+            return Err(OpenError::NotADlq(url));
+        }
+        let records = layout.map(|l| {
+            DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL).with_source_queues(&sources)
+        });
+        Ok(Self {
+            peek: Peek::new(sqs, url, options.hold),
+            records,
+            info,
+            resolver: options.resolver,
+        })
+    }
+
+    /// The reader of its messages.
+    pub fn peek(&self) -> &Peek {
+        &self.peek
+    }
+
+    /// Its failure records, when a table was given.
+    pub fn records(&self) -> Option<&DeadLetters> {
+        self.records.as_ref()
+    }
+
+    /// The queue, as SQS describes it.
+    pub fn info(&self) -> &QueueInfo {
+        &self.info
+    }
+
+    /// The consumer's job-id resolver.
+    pub fn resolver(&self) -> &JobIdResolver {
+        &self.resolver
+    }
+
+    /// Every letter, each with its context (its failure record joined with
+    /// its own attributes), left invisible until [`Self::release`];
+    /// `progress` sees how many were read so far.
+    pub async fn read_letters(&self, progress: impl FnMut(usize)) -> Result<Scanned, DlqError> {
+        let scan = self.peek.scan(None, progress).await?;
+        let joined = join_records(self.records(), &self.resolver, &scan.messages).await?;
+        let items = scan
+            .messages
+            .into_iter()
+            .zip(joined)
+            .map(|(m, (_, c))| (m, c))
+            .collect();
+        Ok(Scanned {
+            items,
+            unseen: scan.unseen,
+        })
+    }
+
+    /// Makes the letters read visible again at once.
+    pub async fn release(&self, items: &[(DeadMessage, Context)]) {
+        let messages: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
+        self.peek.release(&messages).await;
+    }
+
+    /// The failure record stored under `id` (a job id or a message id),
+    /// for a letter no longer in the DLQ; `None` without a table.
+    pub async fn failure_record(&self, id: &str) -> Result<Option<FailureRecord>, DlqError> {
+        match &self.records {
+            Some(r) => r.read(Some(id), id).await,
+            None => Ok(None),
+        }
+    }
+}
+
+/// A DLQ at a glance (`idemq dlq stats`; its `--json` is this, serialized).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// The DLQ's name.
+    pub dlq: String,
+    /// Its depth, as SQS reports it.
+    pub depth: Depth,
+    /// Age of the oldest message read (by `SentTimestamp`), to the second.
+    #[serde(rename = "oldest_age_secs", serialize_with = "whole_seconds")]
+    pub oldest_age: Option<Duration>,
+    /// Jobs by their last error (`(no context)`: none recorded).
+    pub by_error: BTreeMap<String, usize>,
+    /// Jobs by source queue (`(unknown)`: none known).
+    #[serde(rename = "source_queues")]
+    pub by_source: BTreeMap<String, usize>,
+    /// Messages read.
+    pub read: usize,
+    /// Jobs among them: a crash's second copy is not a second failure.
+    pub jobs: usize,
+    /// Duplicate copies among them (`read - jobs`).
+    pub copies: usize,
+    /// About how many letters could not be read.
+    pub unseen: u64,
+}
+
+fn whole_seconds<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&d.as_secs()),
+        None => s.serialize_none(),
+    }
+}
+
+impl Stats {
+    /// The stats of the DLQ `dlq` at `depth`, from what was read of it, at
+    /// `now`. Counted by job: copies of one job count once.
+    pub fn of(dlq: &str, depth: Depth, read: Scanned, now: SystemTime) -> Self {
+        let count = read.items.len();
+        let oldest = read.items.iter().filter_map(|(m, _)| m.sent_at()).min();
+        let letters = letters(read.items);
+        let mut by_error: BTreeMap<String, usize> = BTreeMap::new();
+        let mut by_source: BTreeMap<String, usize> = BTreeMap::new();
+        for Letter { context: c, .. } in &letters {
+            let error = c
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "(no context)".into());
+            *by_error.entry(error).or_default() += 1;
+            *by_source
+                .entry(c.source_queue.clone().unwrap_or_else(|| "(unknown)".into()))
+                .or_default() += 1;
+        }
+        let oldest_age = oldest
+            .and_then(|t| now.duration_since(t).ok())
+            .map(|a| Duration::from_secs(a.as_secs()));
+        Self {
+            dlq: dlq.to_owned(),
+            depth,
+            oldest_age,
+            by_error,
+            by_source,
+            read: count,
+            jobs: letters.len(),
+            copies: count - letters.len(),
+            unseen: read.unseen,
+        }
+    }
+
+    /// [`Self::by_error`], most frequent first (ties by error).
+    pub fn errors_by_count(&self) -> Vec<(&str, usize)> {
+        let mut errors: Vec<(&str, usize)> = self
+            .by_error
+            .iter()
+            .map(|(e, n)| (e.as_str(), *n))
+            .collect();
+        errors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        errors
+    }
+}
+
+/// One dead letter as `idemq dlq list` shows it (`--json`: this,
+/// serialized).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Row {
+    /// The job id, when one could be resolved.
+    pub job_id: Option<String>,
+    /// The DLQ `MessageId` of the copy shown.
+    pub message_id: String,
+    /// Attempts made.
+    pub attempts: Option<u32>,
+    /// The last error and its chain, on one line.
+    pub last_error: String,
+    /// When the last attempt failed (RFC 3339, to the second).
+    #[serde(serialize_with = "rfc3339_seconds")]
+    pub failed_at: Option<SystemTime>,
+    /// The source queue's name.
+    pub source_queue: Option<String>,
+    /// The body's size in bytes.
+    pub payload_bytes: usize,
+    /// Messages of this job in the DLQ (1 + its copies).
+    pub copies: usize,
+    /// The MessageIds of its other copies.
+    pub copy_message_ids: Vec<String>,
+    /// Another letter has the same job id and a different payload.
+    pub conflicting: bool,
+}
+
+fn rfc3339_seconds<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_some(&humantime::format_rfc3339_seconds(*t).to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+impl Row {
+    /// The row of one letter.
+    pub fn of(l: &Letter) -> Self {
+        let c = &l.context;
+        Self {
+            job_id: c.job_id.clone(),
+            message_id: c.message_id.clone(),
+            attempts: c.attempts,
+            last_error: one_line(&c.error_line(), usize::MAX),
+            failed_at: c.failed_at,
+            source_queue: c.source_queue.clone(),
+            payload_bytes: c.payload_bytes,
+            copies: l.count(),
+            copy_message_ids: l.copies.clone(),
+            conflicting: l.conflicting,
+        }
+    }
+}
+
+/// The letter `id` names: by the MessageId of the copy shown or of any of
+/// its copies, else by job id.
+pub fn find_letter<'a>(letters: &'a [Letter], id: &str) -> Option<&'a Letter> {
+    letters.iter().find(|l| {
+        l.message.message_id == id
+            || l.copies.iter().any(|c| c == id)
+            || l.context.job_id.as_deref() == Some(id)
+    })
+}
+
+/// `s` on one line (newlines and tabs as spaces), cut to `max` characters
+/// (the last one `…`).
+pub fn one_line(s: &str, max: usize) -> String {
+    let flat = s.replace(['\n', '\r', '\t'], " ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_flattens_and_cuts() {
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdef", 4), "abc…");
+    }
+
+    /// Only a missing queue is the operator's mistake (exit 2); anything
+    /// SQS answered with (throttling, an outage, a denial) exits 1.
+    #[test]
+    fn aws_failures_are_not_usage_errors() {
+        let url = "https://sqs.us-east-1.amazonaws.com/1/q";
+        let missing = OpenError::of_queue(url, QueueError::NotFound(url.into()));
+        assert!(missing.is_usage());
+        assert!(missing.to_string().contains("no such queue"));
+        let throttled = OpenError::of_queue(
+            url,
+            QueueError::Sqs("ThrottlingException: Rate exceeded".into()),
+        );
+        assert!(!throttled.is_usage());
+        assert!(throttled.to_string().contains("ThrottlingException"));
+    }
+}
