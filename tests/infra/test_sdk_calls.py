@@ -40,9 +40,9 @@ def test_init_only_code_is_in_the_bootstrap_policy_alone(
 
 
 def test_no_code_scans_the_table(cli_actions, function_actions):
-    """The CLI's own `Ctx::scan()` (a DLQ peek) is not DynamoDB's Scan: the
-    reader used to match it by name, and the operator policy granted a
-    table-wide read of every ledger item."""
+    """A DLQ peek's own `scan` (`Peek::scan`) is not DynamoDB's Scan: the
+    reader once matched a method of that name, and the operator policy
+    granted a table-wide read of every ledger item."""
     assert "dynamodb:Scan" not in cli_actions
     assert "dynamodb:Scan" not in function_actions
 
