@@ -130,7 +130,9 @@ impl DeadLetters {
     /// `PutItem`; only failures pay for it).
     pub async fn record(&self, rec: &FailureRecord) -> Result<(), DlqError> {
         match &self.records {
-            Records::Table(table) => table.record_failure(rec).await,
+            // The table's own future, not the trait's boxed one: boxing it
+            // made a second copy of the SDK's request pipeline (0.1 MB).
+            Records::Table(table) => table.put_record(rec).await,
             Records::Store(records) => records.record_failure(rec).await,
         }
     }

@@ -48,7 +48,7 @@ impl FailureTable {
     }
 
     /// Stores `rec` (one `PutItem`; only failures pay for it).
-    async fn put_record(&self, rec: &FailureRecord) -> Result<(), DlqError> {
+    pub(crate) async fn put_record(&self, rec: &FailureRecord) -> Result<(), DlqError> {
         let expires = (rec.failed_at + self.ttl)
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
