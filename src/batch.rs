@@ -421,6 +421,11 @@ impl<H: Handler<S>, S: Store> Processor<H, S> {
         self
     }
 
+    /// The marker TTL each job's age is weighed against.
+    pub fn marker_ttl(&self) -> Duration {
+        self.core.marker_ttl
+    }
+
     /// The batch settings this processor runs with.
     pub fn config(&self) -> &BatchConfig {
         &self.core.config

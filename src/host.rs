@@ -1,7 +1,5 @@
 //! What both hosts (Lambda and the local worker) build once at cold start:
-//! SDK clients, the committer, the batch processor, from `IDEMQ_*`.
-
-use std::time::Duration;
+//! SDK clients, the store, the batch processor, from `IDEMQ_*`.
 
 use crate::batch::Processor;
 use crate::config::{BatchConfig, IdempotencyConfig, TableLayout};
@@ -24,7 +22,6 @@ pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub struct Host<H, S = DynamoDb> {
     pub(crate) sqs: aws_sdk_sqs::Client,
     pub(crate) processor: Processor<H, S>,
-    marker_ttl: Duration,
 }
 
 impl<H: Handler> Host<H> {
@@ -93,14 +90,9 @@ impl<H: Handler<S>, S: Store> Host<H, S> {
         resolver: crate::job::JobIdResolver,
         batch: BatchConfig,
     ) -> Self {
-        let marker_ttl = store.marker_ttl();
         let processor =
             Processor::with_store(handler, store, dead_letters, sqs.clone(), resolver, batch);
-        Self {
-            sqs,
-            processor,
-            marker_ttl,
-        }
+        Self { sqs, processor }
     }
 
     /// The batch processor: runs one batch to its report.
@@ -140,8 +132,12 @@ impl<H: Handler<S>, S: Store> Host<H, S> {
         }
         if let Some(dlq) = &info.dlq_url {
             let dlq_retention = crate::queue::retention(&self.sqs, dlq).await?;
-            crate::config::check_marker_ttl(self.marker_ttl, info.retention, dlq_retention)
-                .map_err(|e| format!("queue {}: refusing to start: {e}", info.name))?;
+            crate::config::check_marker_ttl(
+                self.processor.marker_ttl(),
+                info.retention,
+                dlq_retention,
+            )
+            .map_err(|e| format!("queue {}: refusing to start: {e}", info.name))?;
         }
         Ok(info)
     }
