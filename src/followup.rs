@@ -544,21 +544,25 @@ impl FollowUpSender {
     /// acknowledged (a transient failure), and its retry finds the marker
     /// and sends again.
     pub(crate) async fn after_commit(&self, settled: AfterCommit<'_>) -> Result<(), String> {
-        let (list, first_enqueued) = match settled {
-            AfterCommit::Committed(list) => (list.to_vec(), None),
-            AfterCommit::Duplicate(marker) => match &marker.follow_ups {
-                Ok(list) if list.is_empty() => return Ok(()),
-                Ok(list) => {
-                    match resend(marker.committed_at, crate::clock::now(), marker.horizon) {
-                        Resend::Send { committed_at } => (list.clone(), Some(committed_at)),
-                        decision => {
-                            self.not_resending(&marker, list, decision);
-                            return Ok(());
+        let marker;
+        let (list, first_enqueued): (&[FollowUp], _) = match settled {
+            AfterCommit::Committed(list) => (list, None),
+            AfterCommit::Duplicate(stored) => {
+                marker = stored;
+                match &marker.follow_ups {
+                    Ok(list) if list.is_empty() => return Ok(()),
+                    Ok(list) => {
+                        match resend(marker.committed_at, crate::clock::now(), marker.horizon) {
+                            Resend::Send { committed_at } => (list, Some(committed_at)),
+                            decision => {
+                                self.not_resending(&marker, list, decision);
+                                return Ok(());
+                            }
                         }
                     }
+                    Err(reason) => return Err(reason.clone()),
                 }
-                Err(reason) => return Err(reason.clone()),
-            },
+            }
         };
         if list.is_empty() {
             return Ok(());
@@ -569,7 +573,7 @@ impl FollowUpSender {
             std::process::abort()
         });
         let ids: HashSet<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
-        match self.send(&list, first_enqueued).await {
+        match self.send(list, first_enqueued).await {
             Ok(()) => {
                 tracing::debug!(follow_ups = ?ids, "follow-ups sent");
                 Ok(())
