@@ -618,8 +618,7 @@ impl FollowUpSender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::dynamodb::effect::{Effect, Item};
-    use aws_sdk_dynamodb::types::AttributeValue;
+    use crate::store::dynamodb::effect::Effect;
 
     const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
 
@@ -699,56 +698,6 @@ mod tests {
             check_all(unmarked.follow_ups(), unmarked.uses_marker()),
             Err(FollowUpError::NoMarker)
         );
-    }
-
-    /// The follow-ups live in the marker item: with it they must fit
-    /// DynamoDB's 400 KB, and a fused marker may not set their attribute.
-    #[test]
-    fn the_marker_with_its_follow_ups_fits_one_item() {
-        use crate::store::dynamodb::effect::{EffectError, Key, MAX_ITEM_BYTES, MarkerSlot, Write};
-        let slot = MarkerSlot {
-            table: "t",
-            partition_key: "pk",
-            reserved_prefix: "idemq#",
-            job_id: "job_id",
-            payload_hash: "payload_hash",
-            committed_at: "committed_at",
-        };
-        let follow = |i: usize| FollowUp::raw(URL, format!("f-{i}"), "x".repeat(200 * 1024));
-        let one = Effect::new().then_send(follow(0));
-        assert_eq!(one.validate(&slot), Ok(()));
-        let two = one.then_send(follow(1));
-        assert!(
-            matches!(
-                two.validate(&slot),
-                Err(EffectError::FollowUp(FollowUpError::MarkerTooLarge { bytes, .. })) if bytes > MAX_ITEM_BYTES
-            ),
-            "{:?}",
-            two.validate(&slot)
-        );
-        // A fused marker's own attributes count too.
-        let blob = Item::from([("b".to_owned(), AttributeValue::S("y".repeat(250 * 1024)))]);
-        let fused = Effect::new()
-            .marked_by(Write::put("t", Key::string("pk", "order#1"), blob))
-            .then_send(follow(0));
-        assert!(matches!(
-            fused.validate(&slot),
-            Err(EffectError::FollowUp(FollowUpError::MarkerTooLarge { .. }))
-        ));
-        let clash = Effect::new()
-            .marked_by(Write::put(
-                "t",
-                Key::string("pk", "order#1"),
-                Item::from([(
-                    FOLLOW_UPS_ATTRIBUTE.to_owned(),
-                    AttributeValue::S("x".into()),
-                )]),
-            ))
-            .then_send(FollowUp::raw(URL, "a", "{}"));
-        assert!(matches!(
-            clash.validate(&slot),
-            Err(EffectError::MarkerAttribute { index: 0, .. })
-        ));
     }
 
     const DAY: Duration = Duration::from_secs(24 * 3600);

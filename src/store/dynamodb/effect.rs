@@ -1003,6 +1003,49 @@ mod tests {
         committed_at: "committed_at",
     };
 
+    /// The follow-ups live in the marker item: with it they must fit
+    /// DynamoDB's 400 KB, and a fused marker may not set their attribute.
+    #[test]
+    fn the_marker_with_its_follow_ups_fits_one_item() {
+        use crate::followup::FOLLOW_UPS_ATTRIBUTE;
+        const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
+        let follow = |i: usize| FollowUp::raw(URL, format!("f-{i}"), "x".repeat(200 * 1024));
+        let one = Effect::new().then_send(follow(0));
+        assert_eq!(one.validate(&SLOT), Ok(()));
+        let two = one.then_send(follow(1));
+        assert!(
+            matches!(
+                two.validate(&SLOT),
+                Err(EffectError::FollowUp(FollowUpError::MarkerTooLarge { bytes, .. })) if bytes > MAX_ITEM_BYTES
+            ),
+            "{:?}",
+            two.validate(&SLOT)
+        );
+        // A fused marker's own attributes count too.
+        let blob = Item::from([("b".to_owned(), AttributeValue::S("y".repeat(250 * 1024)))]);
+        let fused = Effect::new()
+            .marked_by(Write::put("t", Key::string("pk", "order#1"), blob))
+            .then_send(follow(0));
+        assert!(matches!(
+            fused.validate(&SLOT),
+            Err(EffectError::FollowUp(FollowUpError::MarkerTooLarge { .. }))
+        ));
+        let clash = Effect::new()
+            .marked_by(Write::put(
+                "t",
+                Key::string("pk", "order#1"),
+                Item::from([(
+                    FOLLOW_UPS_ATTRIBUTE.to_owned(),
+                    AttributeValue::S("x".into()),
+                )]),
+            ))
+            .then_send(FollowUp::raw(URL, "a", "{}"));
+        assert!(matches!(
+            clash.validate(&SLOT),
+            Err(EffectError::MarkerAttribute { index: 0, .. })
+        ));
+    }
+
     fn counter(i: usize) -> Write {
         Write::update("t", Key::string("pk", format!("c{i}")), "ADD n :one")
             .value(":one", AttributeValue::N("1".into()))
