@@ -675,11 +675,12 @@ impl Core {
         verdict
     }
 
-    /// A job with a valid id: its marker looked up first when the committer
-    /// reads markers before the handler (src/store/dynamodb/commit/look_up.rs: a job
-    /// already committed is settled without running its handler, and its
-    /// stored follow-ups are re-sent), then decoded, handled and committed,
-    /// a lost race re-running it within this invocation.
+    /// A job with a valid id: its marker looked up first when the store
+    /// reads markers before the handler ([`Store::look_up`]; on DynamoDB
+    /// src/store/dynamodb/commit/look_up.rs): a job already committed is
+    /// settled without running its handler, and its stored follow-ups are
+    /// re-sent. Then it is decoded, handled and committed, a lost race
+    /// re-running it within this invocation.
     async fn look_up_then_run(
         &self,
         job_ref: JobRef<'_>,
