@@ -198,7 +198,7 @@ pub fn queue_name(queue: &str) -> &str {
 /// A namespace is a queue name's alphabet (letters, digits, `-`, `_`, `.`),
 /// 1 to 80 characters, so the queue-name default always fits and no
 /// namespace can contain the `#` that separates the parts of a key.
-fn check_namespace(ns: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_namespace(ns: &str) -> Result<(), ConfigError> {
     let ok = (1..=80).contains(&ns.len())
         && ns
             .chars()

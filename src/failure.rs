@@ -125,6 +125,9 @@ pub enum DlqError {
     /// A DynamoDB call failed (failure records).
     #[error("DynamoDB: {0}")]
     DynamoDb(String),
+    /// A store's call failed (failure records outside DynamoDB).
+    #[error("{0}")]
+    Store(String),
     /// An SQS call failed.
     #[error("SQS: {0}")]
     Sqs(String),

@@ -96,6 +96,8 @@ pub mod metrics;
 pub mod producer;
 pub mod queue;
 pub mod store;
+#[cfg(feature = "postgres")]
+pub use store::postgres;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "sns")]

@@ -10,7 +10,9 @@
 //! sends, metrics) knows no store; it sees one only through this trait.
 //!
 //! - [`dynamodb`]: DynamoDB, one `TransactWriteItems` per job
-//!   ([`DynamoDb`]).
+//!   ([`DynamoDb`]);
+//! - `postgres` (feature `postgres`): PostgreSQL, one pipelined SQL
+//!   transaction per job (`Postgres`).
 //!
 //! The trait is sealed for now: a store must pass the same conformance
 //! tests as the built-in ones before it can promise what they promise.
@@ -28,6 +30,8 @@ use crate::followup::{FollowUp, StoredMarker};
 use crate::job::JobId;
 
 pub mod dynamodb;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 pub use dynamodb::DynamoDb;
 

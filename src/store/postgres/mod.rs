@@ -1,0 +1,458 @@
+//! PostgreSQL as the system of record (feature `postgres`): the job's
+//! marker row and the handler's SQL in one transaction.
+//!
+//! - [`commit`](self) (`commit.rs`): the dedup transaction, pipelined,
+//!   and how each SQLSTATE maps onto an outcome;
+//! - [`Effect`], [`Sql`]: the handler's statements, typed parameters,
+//!   row-count checks;
+//! - `outbox.rs`: follow-up jobs stored in the marker row;
+//! - `records.rs`: failure records ([`crate::store::FailureRecords`]);
+//! - [`Schema`]: the tables, created and versioned by `idemq init`
+//!   (`provision.rs`);
+//! - `pool.rs`, `tls.rs`, `iam.rs`: connections of an execution
+//!   environment, TLS with rustls, IAM database authentication.
+//!
+//! A handler for this store implements `Handler<Postgres>` and returns an
+//! [`Effect`]; [`run`] hosts it on Lambda or as a local worker, as
+//! [`crate::run`] does a DynamoDB handler:
+//!
+//! ```no_run
+//! use idemq::handler::{Handler, JobError, JobMeta};
+//! use idemq::postgres::{Effect, Postgres, Sql};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Paid { order_id: String, cents: i64 }
+//!
+//! struct Orders;
+//!
+//! impl Handler<Postgres> for Orders {
+//!     type Job = Paid;
+//!
+//!     async fn handle(&self, job: Paid, _meta: JobMeta) -> Result<Effect, JobError> {
+//!         Ok(Effect::new()
+//!             .execute(
+//!                 Sql::new(
+//!                     "INSERT INTO order_status (order_id, status) VALUES ($1, 'paid') \
+//!                      ON CONFLICT (order_id) DO UPDATE SET status = 'paid'",
+//!                 )
+//!                 .bind(job.order_id.clone()),
+//!             )
+//!             .execute(
+//!                 Sql::new("INSERT INTO ledger (order_id, cents) VALUES ($1, $2)")
+//!                     .bind(job.order_id)
+//!                     .bind(job.cents),
+//!             ))
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), idemq::host::HostError> {
+//!     idemq::postgres::run(Orders).await
+//! }
+//! ```
+//!
+//! Settings, besides the `IDEMQ_*` ones every consumer reads:
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `IDEMQ_POSTGRES_URL` (else `DATABASE_URL`) | the connection string, as libpq takes it (`postgres://user@host:5432/db?sslmode=require`) |
+//! | `IDEMQ_POSTGRES_SCHEMA` | the schema of idemq's tables (default `idemq`) |
+//! | `IDEMQ_POSTGRES_IAM_AUTH` | `true`: log in with an IAM token made for each connection, in the SDK's region |
+//! | `IDEMQ_POSTGRES_CA_FILE` | a PEM bundle of CAs to trust besides the system's (RDS's global bundle) |
+//! | `IDEMQ_POSTGRES_POOL` | connections per execution environment (default: `IDEMQ_CONCURRENCY`) |
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use crate::commit::{CommitError, JobRef, Marker};
+use crate::config::ConfigError;
+use crate::failure::{DlqError, FailureRecord, LetterKey};
+use crate::followup::FollowUp;
+use crate::job::JobId;
+use crate::store::{FailureRecords, LookedUp, Settled, Store, sealed};
+
+mod commit;
+mod effect;
+mod iam;
+mod outbox;
+mod pool;
+mod provision;
+mod records;
+mod run;
+mod tls;
+
+pub use effect::{Effect, EffectError, Sql, SqlParam};
+pub use provision::Schema;
+#[cfg(any(feature = "lambda", feature = "worker"))]
+pub use run::run;
+pub use run::with_clients;
+pub use tokio_postgres::types::Type;
+
+/// PostgreSQL as a [`Store`]: markers, effects and follow-ups committed in
+/// one transaction, failure records beside them. Cheap to clone: clones
+/// share the connections.
+#[derive(Clone)]
+pub struct Postgres {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Postgres")
+            .field("schema", &self.inner.sql.schema)
+            .field("namespace", &self.inner.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the store's calls share.
+pub(crate) struct Inner {
+    pool: pool::Pool,
+    sql: Statements,
+    namespace: Option<String>,
+    marker_ttl: Duration,
+    look_up: bool,
+    /// When this environment last deleted expired rows (seconds since the
+    /// epoch; 0: not yet).
+    last_sweep: std::sync::atomic::AtomicU64,
+}
+
+impl Inner {
+    fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str {
+        self.namespace
+            .as_deref()
+            .unwrap_or_else(|| crate::config::queue_name(queue))
+    }
+}
+
+/// idemq's own SQL, for one schema.
+pub(crate) struct Statements {
+    schema: String,
+    insert_marker: String,
+    select_marker: String,
+}
+
+impl Statements {
+    fn new(schema: &str) -> Self {
+        Self {
+            schema: schema.to_owned(),
+            insert_marker: format!(
+                "INSERT INTO \"{schema}\".markers \
+                 (namespace, job_id, payload_hash, queue, committed_at, expires_at, follow_ups) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"
+            ),
+            select_marker: format!(
+                "SELECT payload_hash, queue, committed_at, expires_at, follow_ups::text AS follow_ups \
+                 FROM \"{schema}\".markers WHERE namespace = $1 AND job_id = $2"
+            ),
+        }
+    }
+}
+
+/// How the store connects and keys its rows.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    url: String,
+    schema: String,
+    namespace: Option<String>,
+    marker_ttl: Duration,
+    look_up: bool,
+    pool_size: usize,
+    iam: Option<pool::IamAuth>,
+    ca_file: Option<String>,
+}
+
+impl fmt::Debug for PostgresConfig {
+    /// Leaves the connection string out: it may hold a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("schema", &self.schema)
+            .field("namespace", &self.namespace)
+            .field("marker_ttl", &self.marker_ttl)
+            .field("look_up", &self.look_up)
+            .field("pool_size", &self.pool_size)
+            .field("iam", &self.iam.as_ref().map(|i| &i.region))
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresConfig {
+    /// Connects with `url` (libpq's URL or key-value form); tables in
+    /// schema `idemq`, markers kept the default TTL, read before the
+    /// handler, one connection.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            schema: "idemq".into(),
+            namespace: None,
+            marker_ttl: crate::config::DEFAULT_MARKER_TTL,
+            look_up: crate::config::DEFAULT_READ_MARKER_FIRST,
+            pool_size: 1,
+            iam: None,
+            ca_file: None,
+        }
+    }
+
+    /// The settings in the environment (module doc), with `pool_size`
+    /// connections unless `IDEMQ_POSTGRES_POOL` says otherwise, and the
+    /// region and credentials of `sdk_config` for IAM authentication.
+    pub fn from_env(
+        sdk_config: &aws_config::SdkConfig,
+        pool_size: usize,
+    ) -> Result<Self, ConfigError> {
+        Self::from_lookup(|v| std::env::var(v).ok(), sdk_config, pool_size)
+    }
+
+    pub(crate) fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        sdk_config: &aws_config::SdkConfig,
+        pool_size: usize,
+    ) -> Result<Self, ConfigError> {
+        let url = get("IDEMQ_POSTGRES_URL")
+            .or_else(|| get("DATABASE_URL"))
+            .filter(|u| !u.is_empty())
+            .ok_or(ConfigError::Missing("IDEMQ_POSTGRES_URL"))?;
+        let behaviour = crate::config::IdempotencyConfig::from_lookup(&get)?;
+        let mut config = Self::new(url)
+            .with_marker_ttl(behaviour.marker_ttl)
+            .with_look_up(behaviour.read_marker_first)
+            .with_pool_size(pool_size);
+        if let Some(schema) = get("IDEMQ_POSTGRES_SCHEMA").filter(|s| !s.is_empty()) {
+            config = config.with_schema(schema)?;
+        }
+        if let Some(ns) = get("IDEMQ_NAMESPACE").filter(|s| !s.is_empty()) {
+            config = config.with_namespace(ns)?;
+        }
+        if let Some(n) = get("IDEMQ_POSTGRES_POOL") {
+            let n = n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    var: "IDEMQ_POSTGRES_POOL",
+                    value: n.clone(),
+                    why: "must be a whole number from 1 to 1000".into(),
+                })?;
+            config = config.with_pool_size(n);
+        }
+        if let Some(v) = get("IDEMQ_POSTGRES_IAM_AUTH") {
+            match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => {
+                    let region = sdk_config
+                        .region()
+                        .map(|r| r.to_string())
+                        .ok_or(ConfigError::Missing("AWS_REGION"))?;
+                    let credentials = sdk_config
+                        .credentials_provider()
+                        .ok_or(ConfigError::Missing("AWS credentials"))?;
+                    config.iam = Some(pool::IamAuth {
+                        region,
+                        credentials,
+                    });
+                }
+                "false" | "0" | "no" | "" => {}
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "IDEMQ_POSTGRES_IAM_AUTH",
+                        value: v,
+                        why: "must be true or false".into(),
+                    });
+                }
+            }
+        }
+        config.ca_file = get("IDEMQ_POSTGRES_CA_FILE").filter(|s| !s.is_empty());
+        Ok(config)
+    }
+
+    /// idemq's tables in `schema` (letters, digits and `_`, starting with
+    /// a letter or `_`, at most 63 bytes: an identifier that needs no
+    /// quoting rules of its own).
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Result<Self, ConfigError> {
+        let schema = schema.into();
+        let valid = schema.len() <= 63
+            && schema
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(ConfigError::Invalid {
+                var: "IDEMQ_POSTGRES_SCHEMA",
+                value: schema,
+                why: "must be lower-case letters, digits and _, starting with a letter or _, at most 63 bytes".into(),
+            });
+        }
+        self.schema = schema;
+        Ok(self)
+    }
+
+    /// The consumer's namespace (`IDEMQ_NAMESPACE`): its markers and
+    /// failure records are keyed by it instead of the source queue's name
+    /// ([`TableLayout::namespace_for`](crate::TableLayout::namespace_for)).
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Result<Self, ConfigError> {
+        let namespace = namespace.into();
+        crate::config::check_namespace(&namespace)?;
+        self.namespace = Some(namespace);
+        Ok(self)
+    }
+
+    /// How long markers (and failure records) are kept.
+    pub fn with_marker_ttl(mut self, ttl: Duration) -> Self {
+        self.marker_ttl = ttl;
+        self
+    }
+
+    /// Whether a job's marker is read before its handler runs (the
+    /// default), so that a duplicate's handler does not run again.
+    pub fn with_look_up(mut self, look_up: bool) -> Self {
+        self.look_up = look_up;
+        self
+    }
+
+    /// At most `size` connections at once (one per job in flight).
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// Trusts the CAs of the PEM file at `path` besides the system's.
+    pub fn with_ca_file(mut self, path: impl Into<String>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// The schema of idemq's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+}
+
+impl Postgres {
+    /// The store `config` describes. Connects lazily: the first job opens
+    /// the first connection. Fails on a connection string that does not
+    /// parse or a CA file that cannot be read.
+    pub fn new(config: PostgresConfig) -> Result<Self, ConfigError> {
+        let invalid = |why: String| ConfigError::Invalid {
+            var: "IDEMQ_POSTGRES_URL",
+            value: "(not shown: it may hold a password)".into(),
+            why,
+        };
+        let pg: tokio_postgres::Config = config.url.parse().map_err(|e| invalid(format!("{e}")))?;
+        let tls = match pg.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Disable => None,
+            _ => Some(tls::Tls::new(config.ca_file.as_deref()).map_err(|why| {
+                ConfigError::Invalid {
+                    var: "IDEMQ_POSTGRES_CA_FILE",
+                    value: config.ca_file.clone().unwrap_or_default(),
+                    why,
+                }
+            })?),
+        };
+        let connector = pool::Connector {
+            config: pg,
+            tls,
+            iam: config.iam.clone(),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool: pool::Pool::new(connector, config.pool_size),
+                sql: Statements::new(&config.schema),
+                namespace: config.namespace.clone(),
+                marker_ttl: config.marker_ttl,
+                look_up: config.look_up,
+                last_sweep: Default::default(),
+            }),
+        })
+    }
+
+    /// The failure records kept beside the markers.
+    pub fn failure_records(&self) -> Arc<dyn FailureRecords> {
+        Arc::new(records::Records::new(Arc::clone(&self.inner)))
+    }
+
+    /// The schema's provisioner (`idemq init`).
+    pub fn schema(&self) -> Schema {
+        Schema::new(Arc::clone(&self.inner))
+    }
+
+    /// Deletes up to `limit` markers and failure records whose TTL has
+    /// passed, and says how many. PostgreSQL has no TTL of its own: the
+    /// store calls this itself at most once an hour per environment, and
+    /// operators may run it from a schedule.
+    pub async fn delete_expired(&self, limit: i64) -> Result<u64, CommitError> {
+        self.inner.delete_expired(limit).await
+    }
+}
+
+impl sealed::Sealed for Postgres {}
+
+impl Store for Postgres {
+    type Effect = Effect;
+
+    fn follow_ups(effect: &Effect) -> &[FollowUp] {
+        effect.follow_ups()
+    }
+
+    fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str {
+        self.inner.namespace_for(queue)
+    }
+
+    fn looks_up(&self) -> bool {
+        self.inner.look_up
+    }
+
+    async fn look_up(&self, job: JobRef<'_>) -> Result<LookedUp, CommitError> {
+        self.inner.look_up(job).await
+    }
+
+    async fn commit(&self, job: JobRef<'_>, effect: &Effect) -> Result<Settled, CommitError> {
+        let settled = self.inner.settle(job, effect).await;
+        if self.inner.sweep_due() {
+            // In the background, on a connection of its own: no job waits.
+            let inner = Arc::clone(&self.inner);
+            tokio::spawn(async move { inner.sweep().await });
+        }
+        settled
+    }
+
+    async fn read_marker(
+        &self,
+        queue: &str,
+        job_id: &JobId,
+    ) -> Result<Option<Marker>, CommitError> {
+        self.inner.read_marker(queue, job_id).await
+    }
+
+    fn marker_ttl(&self) -> Duration {
+        self.inner.marker_ttl
+    }
+}
+
+impl FailureRecords for records::Records {
+    fn record_failure<'a>(&'a self, rec: &'a FailureRecord) -> BoxFuture<'a, Result<(), DlqError>> {
+        Box::pin(self.put(rec))
+    }
+
+    fn read_failure<'a>(
+        &'a self,
+        sources: &'a [String],
+        job_id: Option<&'a str>,
+        message_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<FailureRecord>, DlqError>> {
+        Box::pin(self.one(sources, job_id, message_id))
+    }
+
+    fn read_failures<'a>(
+        &'a self,
+        sources: &'a [String],
+        wanted: &'a [LetterKey],
+    ) -> BoxFuture<'a, Result<std::collections::HashMap<LetterKey, FailureRecord>, DlqError>> {
+        Box::pin(self.many(sources, wanted))
+    }
+}

@@ -1,0 +1,182 @@
+//! Connections of one execution environment: opened when first needed,
+//! kept open between invocations, at most one per job running at a time
+//! (a transaction owns its connection), and opened again when one breaks.
+//!
+//! A connection comes back to the pool only when the job that held it
+//! ended its transaction cleanly ([`Conn::release`]); one dropped
+//! mid-transaction (a job cut off by its deadline) is closed instead, and
+//! the server rolls its transaction back.
+
+use std::sync::Mutex;
+
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::tls::Tls;
+
+/// IAM database authentication: the region and the credentials each
+/// connection's token is signed with ([`super::iam`]).
+#[derive(Clone)]
+pub(crate) struct IamAuth {
+    pub(crate) region: String,
+    pub(crate) credentials: SharedCredentialsProvider,
+}
+
+/// How to open a connection.
+pub(crate) struct Connector {
+    pub(crate) config: Config,
+    pub(crate) tls: Option<Tls>,
+    pub(crate) iam: Option<IamAuth>,
+}
+
+impl Connector {
+    /// Opens a connection and starts the task that drives it.
+    async fn open(&self) -> Result<Client, OpenError> {
+        let mut config = self.config.clone();
+        if let Some(iam) = &self.iam {
+            let host = match config.get_hosts().first() {
+                Some(Host::Tcp(h)) => h.clone(),
+                _ => {
+                    return Err(OpenError::Config(
+                        "IAM authentication needs a TCP host".into(),
+                    ));
+                }
+            };
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let user = config
+                .get_user()
+                .ok_or_else(|| OpenError::Config("IAM authentication needs a user".into()))?
+                .to_owned();
+            let credentials =
+                iam.credentials.provide_credentials().await.map_err(|e| {
+                    OpenError::Config(format!("no AWS credentials to sign with: {e}"))
+                })?;
+            let token = super::iam::auth_token(
+                &host,
+                port,
+                &user,
+                &iam.region,
+                credentials,
+                crate::clock::now(),
+            )
+            .map_err(OpenError::Config)?;
+            config.password(token);
+        }
+        let client = match (&self.tls, config.get_ssl_mode()) {
+            (Some(tls), mode) if mode != SslMode::Disable => {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                tokio::spawn(drive(connection));
+                client
+            }
+            _ => {
+                let (client, connection) = config.connect(NoTls).await?;
+                tokio::spawn(drive(connection));
+                client
+            }
+        };
+        Ok(client)
+    }
+}
+
+/// Runs a connection until it closes.
+async fn drive<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "PostgreSQL connection closed");
+    }
+}
+
+/// Why a connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    /// The server or the network refused it.
+    #[error("{0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The settings cannot make one.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The environment's connections.
+pub(crate) struct Pool {
+    connector: Connector,
+    idle: Mutex<Vec<Client>>,
+    permits: Semaphore,
+}
+
+impl Pool {
+    /// Up to `size` connections (at least one).
+    pub(crate) fn new(connector: Connector, size: usize) -> Self {
+        Self {
+            connector,
+            idle: Mutex::default(),
+            permits: Semaphore::new(size.max(1)),
+        }
+    }
+
+    /// A connection for one job: an idle one that is still open, or a new
+    /// one; waits while `size` are in use.
+    pub(crate) async fn get(&self) -> Result<Conn<'_>, OpenError> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the pool's semaphore is never closed");
+        let idle = loop {
+            let next = self.idle.lock().expect("pool lock").pop();
+            match next {
+                Some(c) if c.is_closed() => continue,
+                other => break other,
+            }
+        };
+        let client = match idle {
+            Some(c) => c,
+            None => self.connector.open().await?,
+        };
+        Ok(Conn {
+            client: Some(client),
+            pool: self,
+            reusable: false,
+            _permit: permit,
+        })
+    }
+
+    /// A new connection in place of one that broke (the idle ones, opened
+    /// as long ago, are likely broken too: they are closed).
+    pub(crate) async fn fresh(&self) -> Result<Conn<'_>, OpenError> {
+        self.idle.lock().expect("pool lock").clear();
+        self.get().await
+    }
+}
+
+/// A connection held by one job.
+pub(crate) struct Conn<'a> {
+    client: Option<Client>,
+    pool: &'a Pool,
+    reusable: bool,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Conn<'_> {
+    pub(crate) fn client(&self) -> &Client {
+        self.client.as_ref().expect("held until dropped")
+    }
+
+    /// The job is done with it, outside any transaction: it goes back to
+    /// the pool.
+    pub(crate) fn release(mut self) {
+        self.reusable = true;
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take()
+            && self.reusable
+            && !client.is_closed()
+        {
+            self.pool.idle.lock().expect("pool lock").push(client);
+        }
+    }
+}
