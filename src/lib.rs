@@ -132,14 +132,26 @@ pub struct ReadmeDoctests;
 ///
 /// Unless the program installed a global `tracing` subscriber of its own
 /// before calling `run` (then idemq installs nothing and logs through it),
-/// logs go to stdout as JSON on Lambda and as text on stderr locally, at
-/// `info` unless `IDEMQ_LOG` says otherwise. A plain level there
-/// (`IDEMQ_LOG=debug`) raises idemq's own logs only: the AWS SDK and
-/// `lambda_runtime` stay at `info`, since their trace logs print whole
-/// messages and events. Name a crate to raise it too, your handler's own
-/// crate included: `IDEMQ_LOG=debug,my_handler=debug`. See
-/// [`config::log_filter`]. An invalid `IDEMQ_LOG` is reported in the log and
-/// the default used.
+/// logs go to stdout on Lambda and to stderr locally, at `info` unless the
+/// environment says otherwise. The first of these that is set decides the
+/// levels (see [`config::log_filter_from`]):
+///
+/// - `IDEMQ_LOG`: a plain level (`IDEMQ_LOG=debug`) raises idemq's own
+///   logs only; name a crate to raise it too, your handler's own crate
+///   included: `IDEMQ_LOG=debug,my_handler=debug`.
+/// - `RUST_LOG`: a plain level (`RUST_LOG=debug`) applies to every crate,
+///   your handler's included, except the AWS SDK, smithy, HTTP, TLS and
+///   `lambda_runtime` crates, which stay at `info` unless named, since
+///   their trace logs print whole messages and events.
+/// - `AWS_LAMBDA_LOG_LEVEL`, which Lambda sets from the function's
+///   application log level (`TRACE` to `FATAL`): as a plain `RUST_LOG`
+///   level.
+///
+/// The format: JSON on Lambda and text locally, unless
+/// `AWS_LAMBDA_LOG_FORMAT` (`JSON` or `Text`, which Lambda sets from the
+/// function's log format) says otherwise (see
+/// [`config::log_format_from`]). An invalid value is reported once in the
+/// log and the default used.
 ///
 /// Panics: when idemq installs the subscriber, it also sets the panic hook,
 /// so that a panic is one log event (JSON on Lambda) rather than raw text
@@ -205,37 +217,52 @@ async fn run_worker<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
 /// idemq's subscriber and panic hook, only when the program set no
 /// subscriber of its own (see [`run`]).
 #[cfg(any(feature = "lambda", feature = "worker"))]
-fn init_logging(on_lambda: bool) {
+pub(crate) fn init_logging(on_lambda: bool) {
+    use config::LogFormat;
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::fmt;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     if tracing::dispatcher::has_been_set() {
         return;
     }
-    let default = tracing_subscriber::filter::LevelFilter::INFO;
-    let requested = std::env::var("IDEMQ_LOG").ok();
-    let (filter, invalid) = match config::log_filter(requested.as_deref(), default) {
-        Ok(filter) => (filter, None),
-        Err(e) => (
-            tracing_subscriber::filter::Targets::new().with_default(default),
-            Some(e),
-        ),
-    };
+    let default = LevelFilter::INFO;
+    let env = |var: &str| std::env::var(var).ok();
+    let mut invalid = Vec::new();
+    let filter = config::log_filter_from(env, default).unwrap_or_else(|e| {
+        invalid.push(format!("{e}; logging at {default}"));
+        Targets::new().with_default(default)
+    });
+    let format = config::log_format_from(env, on_lambda).unwrap_or_else(|e| {
+        let format = LogFormat::host_default(on_lambda);
+        let name = if format == LogFormat::Json {
+            "JSON"
+        } else {
+            "text"
+        };
+        invalid.push(format!("{e}; writing {name}"));
+        format
+    });
     let registry = tracing_subscriber::registry().with(filter);
     // An error can also mean that the `log` crate's logger was taken: the
-    // subscriber is idemq's all the same.
-    let _ = if on_lambda {
-        // JSON logs, so CloudWatch Logs Insights can query job ids.
-        registry
-            .with(tracing_subscriber::fmt::layer().json().without_time())
-            .try_init()
-    } else {
-        registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-            .try_init()
+    // subscriber is idemq's all the same. On Lambda: stdout, no time
+    // (CloudWatch Logs stamps each event); JSON unless the function's log
+    // format is Text, so CloudWatch Logs Insights can query job ids.
+    let _ = match (on_lambda, format) {
+        (true, LogFormat::Json) => registry.with(fmt::layer().json().without_time()).try_init(),
+        (true, LogFormat::Text) => registry
+            .with(fmt::layer().with_ansi(false).without_time())
+            .try_init(),
+        (false, LogFormat::Json) => registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .try_init(),
+        (false, LogFormat::Text) => registry
+            .with(fmt::layer().with_writer(std::io::stderr))
+            .try_init(),
     };
     log_panics();
-    if let Some(e) = invalid {
-        tracing::warn!("{e}; logging at info");
+    for e in invalid {
+        tracing::warn!("{e}");
     }
 }
 

@@ -3,10 +3,14 @@
 //! Exit codes: 0 done, 1 failed (each failure named), 2 usage or
 //! configuration error (one line).
 //!
-//! Logs go to stderr at `warn`; `IDEMQ_LOG=debug` raises idemq's own logs
-//! only, and a dependency is raised by naming it
-//! (`IDEMQ_LOG=debug,aws_smithy_runtime=trace`): see
-//! `idemq::config::log_filter`.
+//! Logs go to stderr as text, at `warn` unless the environment says
+//! otherwise, with the precedence `idemq::run` uses (see
+//! `idemq::config::log_filter_from`): the first set of `IDEMQ_LOG`,
+//! `RUST_LOG` and `AWS_LAMBDA_LOG_LEVEL` decides. `IDEMQ_LOG=debug` raises
+//! idemq's own logs only; `RUST_LOG=debug` raises every crate but the AWS
+//! SDK, HTTP and TLS ones, which stay at `warn`; either raises a dependency
+//! by naming it (`IDEMQ_LOG=debug,aws_smithy_runtime=trace`). An invalid
+//! value is reported as a warning and `warn` used.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -71,20 +75,23 @@ struct InitArgs {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let filter = match idemq::config::log_filter(
-        std::env::var("IDEMQ_LOG").ok().as_deref(),
-        tracing_subscriber::filter::LevelFilter::WARN,
-    ) {
-        Ok(filter) => filter,
-        Err(e) => return usage_error(&e.to_string()),
-    };
     {
+        use tracing_subscriber::filter::{LevelFilter, Targets};
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
+        let default = LevelFilter::WARN;
+        let (filter, invalid) =
+            match idemq::config::log_filter_from(|var| std::env::var(var).ok(), default) {
+                Ok(filter) => (filter, None),
+                Err(e) => (Targets::new().with_default(default), Some(e)),
+            };
         tracing_subscriber::registry()
             .with(filter)
             .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
             .init();
+        if let Some(e) = invalid {
+            tracing::warn!("{e}; logging at {default}");
+        }
     }
     let cli = Cli::parse();
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;

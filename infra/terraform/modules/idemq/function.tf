@@ -127,8 +127,10 @@ resource "aws_lambda_function" "this" {
   memory_size      = var.function_memory
   timeout          = var.function_timeout
 
+  # JSON: idemq writes JSON lines unless the function's log format
+  # (AWS_LAMBDA_LOG_FORMAT) is Text.
   logging_config {
-    log_format = "Text"
+    log_format = "JSON"
     log_group  = aws_cloudwatch_log_group.function.name
   }
 
