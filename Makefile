@@ -71,8 +71,8 @@ deploy:
 lint:
 	cargo fmt --check
 	python3 scripts/module_cycles.py src
-	cargo clippy --all-targets --features testing --locked -- -D warnings
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing --locked
+	cargo clippy --all-targets --features testing,postgres --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing,postgres --locked
 
 fmt:
 	cargo fmt

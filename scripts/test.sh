@@ -12,21 +12,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# `--features testing` (the test kit, idemq::testing) on every cargo step
-# below: it only changes idemq's own crate (the two smithy crates it adds
-# are already built for the SDK, with the same features), so no dependency
-# is built twice; tests/testing_kit.rs and the README's kit example need it.
+# `--features testing,postgres` on every cargo step below, so no step
+# builds idemq with other features than the one before it: `testing` (the
+# test kit, idemq::testing) only changes idemq's own crate (the two smithy
+# crates it adds are already built for the SDK, with the same features);
+# `postgres` adds tokio-postgres, and the store suite
+# (tests/store_suite/) runs PostgreSQL's cases on the stack's server.
+FEATURES=testing,postgres
 echo "== lint (fmt, module circles, clippy, rustdoc)"
 cargo fmt --check
 # No two library modules import each other (directly or round a circle):
 # the store seam depends on the batch core never importing back.
 python3 scripts/module_cycles.py src
-cargo clippy --all-targets --features testing --locked -- -D warnings
+cargo clippy --all-targets --features "$FEATURES" --locked -- -D warnings
 # Every public item documented (#![warn(missing_docs)] in lib.rs), and no
 # broken, private or bare links in the docs. After clippy: it documents the
 # library against the dependencies clippy just checked: warm, ~2 s of CPU
 # (4-12 s wall measured on a busy 2-core machine).
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing --locked
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features "$FEATURES" --locked
 
 echo "== package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the
@@ -56,9 +59,9 @@ echo "== emulator wrapper self-test"
 .state/venv-moto/bin/python scripts/test_moto_dynamodb.py
 
 echo "== cargo test (unit, mocked SDK, local stack, CLI)"
-cargo test --locked --all-targets --features testing
+cargo test --locked --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
-cargo test --locked --doc --features testing
+cargo test --locked --doc --features "$FEATURES"
 
 echo "== infra templates (rules, least privilege, cfn-lint, terraform fmt, local CloudFormation)"
 scripts/infra_test.sh
@@ -81,4 +84,4 @@ echo "== Lambda runtime contract (cargo lambda watch)"
 trap 'scripts/lambda.sh down || true; cleanup' EXIT
 scripts/lambda.sh down
 scripts/lambda.sh up
-cargo test --locked --features testing --test lambda_local -- --ignored
+cargo test --locked --features "$FEATURES" --test lambda_local -- --ignored

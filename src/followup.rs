@@ -419,6 +419,18 @@ pub struct StoredMarker {
     pub(crate) horizon: ReplayHorizon,
 }
 
+impl StoredMarker {
+    /// The follow-ups the marker stores, or why they could not be read.
+    pub fn follow_ups(&self) -> Result<&[FollowUp], &str> {
+        self.follow_ups.as_deref().map_err(String::as_str)
+    }
+
+    /// When the marker was committed, when the store knows.
+    pub fn committed_at(&self) -> Option<SystemTime> {
+        self.committed_at
+    }
+}
+
 /// Whether a duplicate re-sends the follow-ups its marker stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resend {

@@ -314,13 +314,27 @@ def _join(module: str, child: str) -> str:
 
 
 def gated_modules(repo: Path) -> dict[str, str]:
-    """Top-level modules that lib.rs compiles only with a feature: module ->
-    feature (`#[cfg(feature = "sns")] pub mod topic;`)."""
-    text = (repo / "src" / "lib.rs").read_text()
-    return {
-        m.group(2): m.group(1)
-        for m in re.finditer(r'#\[cfg\(feature = "(\w+)"\)\]\s*pub mod (\w+)\s*;', text)
-    }
+    """Modules that the crate compiles only with a feature: module path ->
+    feature (`#[cfg(feature = "sns")] pub mod topic;` in lib.rs gives
+    `topic`; `#[cfg(feature = "postgres")] pub mod postgres;` in
+    src/store/mod.rs gives `store::postgres`)."""
+    src = repo / "src"
+    gated = {}
+    for path in [src / "lib.rs", *sorted(src.rglob("mod.rs"))]:
+        parent = "" if path == src / "lib.rs" else "::".join(path.parent.relative_to(src).parts)
+        for m in re.finditer(r'#\[cfg\(feature = "(\w+)"\)\]\s*pub mod (\w+)\s*;', path.read_text()):
+            gated[f"{parent}::{m.group(2)}" if parent else m.group(2)] = m.group(1)
+    return gated
+
+
+def _gated_by(module: str, gated: dict[str, str]) -> str | None:
+    """The feature that gates `module` or a module it is inside of."""
+    parts = module.split("::")
+    for i in range(1, len(parts) + 1):
+        feature = gated.get("::".join(parts[:i]))
+        if feature:
+            return feature
+    return None
 
 
 def read_crate(repo: Path, extra_files: list[Path], without: tuple[str, ...] = ()) -> Crate:
@@ -333,7 +347,7 @@ def read_crate(repo: Path, extra_files: list[Path], without: tuple[str, ...] = (
     files = sorted(src.rglob("*.rs")) + list(extra_files)
     for path in files:
         module = _module_of(path, src, examples)
-        if gated.get(module.split("::")[0]) in without or ("bin" in without and module.startswith("bin:")):
+        if _gated_by(module, gated) in without or ("bin" in without and module.startswith("bin:")):
             continue
         text = strip_test_modules(strip_comments_and_literals(path.read_text()))
         crate.imports[module] = _parse_uses(text, module)
@@ -607,8 +621,14 @@ def function_needs(repo: Path) -> Needs:
     """The Lambda function: examples/ledger.rs `main` (idemq::run -> lambda host),
     built as infra/sam/function builds it: `features = ["lambda"]`, so the
     SNS publisher (feature `sns`) and the test kit are not in it, and
-    neither is the `idemq` binary ("bin")."""
-    return needs(repo, repo / "examples" / "ledger.rs", "example:ledger", without=("sns", "testing", "bin"))
+    neither is the `idemq` binary ("bin"), nor the PostgreSQL store (feature
+    `postgres`: the templates deploy a DynamoDB consumer)."""
+    return needs(
+        repo,
+        repo / "examples" / "ledger.rs",
+        "example:ledger",
+        without=("sns", "testing", "bin", "postgres"),
+    )
 
 
 CLI_MAIN = ("src", "bin", "idemq", "main.rs")
@@ -622,8 +642,9 @@ def cli_needs(repo: Path) -> Needs:
 
 
 # The `idemq` binary is built with the default features: the test kit
-# (feature `testing`) is not in it.
-CLI_WITHOUT = ("testing",)
+# (feature `testing`) and the PostgreSQL store (feature `postgres`) are
+# not in it.
+CLI_WITHOUT = ("testing", "postgres")
 # `idemq send --topic-arn` publishes to the user's own SNS topic: the
 # templates create no topic, so their operator policy grants no sns:Publish;
 # the producer's role needs it on that topic (README, "Jobs that arrive

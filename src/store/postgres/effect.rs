@@ -62,7 +62,7 @@ impl Effect {
 
     /// Sends `job` once the effect commits (and again, within the
     /// horizon, when a duplicate finds the marker): [`crate::followup`].
-    pub fn follow_up(mut self, job: FollowUp) -> Self {
+    pub fn then_send(mut self, job: FollowUp) -> Self {
         self.follow_ups.push(job);
         self
     }

@@ -115,6 +115,8 @@ pub(crate) struct Inner {
     namespace: Option<String>,
     marker_ttl: Duration,
     look_up: bool,
+    /// How often this environment deletes expired rows (`None`: never).
+    sweep_every: Option<Duration>,
     /// When this environment last deleted expired rows (seconds since the
     /// epoch; 0: not yet).
     last_sweep: std::sync::atomic::AtomicU64,
@@ -163,6 +165,7 @@ pub struct PostgresConfig {
     pool_size: usize,
     iam: Option<pool::IamAuth>,
     ca_file: Option<String>,
+    sweep_every: Option<Duration>,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -194,6 +197,7 @@ impl PostgresConfig {
             pool_size: 1,
             iam: None,
             ca_file: None,
+            sweep_every: Some(Duration::from_secs(3600)),
         }
     }
 
@@ -321,6 +325,15 @@ impl PostgresConfig {
         self
     }
 
+    /// How often an execution environment deletes markers and failure
+    /// records whose TTL has passed, in the background after a commit
+    /// (the first commit, then every hour by default); `None` leaves it
+    /// to [`Postgres::delete_expired`] run on a schedule of your own.
+    pub fn with_sweep_every(mut self, every: Option<Duration>) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
     /// Trusts the CAs of the PEM file at `path` besides the system's.
     pub fn with_ca_file(mut self, path: impl Into<String>) -> Self {
         self.ca_file = Some(path.into());
@@ -366,6 +379,7 @@ impl Postgres {
                 namespace: config.namespace.clone(),
                 marker_ttl: config.marker_ttl,
                 look_up: config.look_up,
+                sweep_every: config.sweep_every,
                 last_sweep: Default::default(),
             }),
         })

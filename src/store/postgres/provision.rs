@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use futures_util::future::BoxFuture;
 use tokio_postgres::types::Type;
@@ -32,9 +32,6 @@ use crate::store::{Provision, ProvisionError, Provisioned};
 
 /// The schema version this idemq writes and reads.
 pub const VERSION: i32 = 1;
-
-/// How often an execution environment deletes expired rows, at most.
-const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// Rows deleted per table by one sweep, at most.
 const SWEEP_LIMIT: i64 = 5_000;
@@ -188,14 +185,17 @@ impl Inner {
     }
 
     /// Whether this environment is due to delete expired rows (its first
-    /// commit, then every [`SWEEP_EVERY`]); true for one caller only.
+    /// commit, then every `sweep_every`); true for one caller only.
     pub(super) fn sweep_due(&self) -> bool {
+        let Some(every) = self.sweep_every else {
+            return false;
+        };
         let now = crate::clock::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
         let last = self.last_sweep.load(Ordering::Relaxed);
-        now >= last + SWEEP_EVERY.as_secs()
+        now >= last + every.as_secs()
             && self
                 .last_sweep
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)

@@ -1,0 +1,54 @@
+//! One suite every store passes, run against each: DynamoDB on the local
+//! stack (moto) and PostgreSQL on the local stack's real server
+//! (`make test` starts both).
+//!
+//! - `cases.rs`: the cases, written once: every commit outcome, the
+//!   look-up, 8 tasks racing over the same 200 jobs, follow-ups, failure
+//!   records, namespaces;
+//! - `subject.rs`: each store behind the same few effects;
+//! - `postgres.rs`: what only PostgreSQL has (SQLSTATE mapping, a
+//!   connection cut after `COMMIT` was sent, the schema's versions).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cases;
+mod postgres;
+mod subject;
+
+/// The suite's cases for one store.
+macro_rules! suite {
+    ($store:ident, $subject:ty) => {
+        mod $store {
+            use super::cases;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn every_outcome() {
+                cases::every_outcome(<$subject>::new().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn races() {
+                cases::races(<$subject>::new().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn follow_ups() {
+                cases::follow_ups(<$subject>::new().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn failure_records() {
+                cases::failure_records(<$subject>::new().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn namespaces() {
+                cases::namespaces(<$subject>::new().await).await;
+            }
+        }
+    };
+}
+
+suite!(dynamodb, crate::subject::Dynamo);
+suite!(postgresql, crate::subject::Pg);

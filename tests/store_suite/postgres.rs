@@ -1,0 +1,319 @@
+//! What only the PostgreSQL store has: each SQLSTATE class onto its
+//! outcome, a connection cut after `COMMIT` was sent, invalid effects, the
+//! schema's version.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use idemq::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::store::{Provision, Store};
+use idemq::{CommitError, CommitOutcome, JobId, JobRef, PayloadHash};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::cases::commit;
+use crate::subject::{Pg, Subject, TTL, postgres_url};
+
+/// An effect that raises `sqlstate` from the server.
+fn raising(sqlstate: &str) -> Effect {
+    Effect::new().execute(Sql::new(format!(
+        "DO $$ BEGIN RAISE EXCEPTION 'raised for the test' USING ERRCODE = '{sqlstate}'; END $$"
+    )))
+}
+
+async fn try_commit(t: &Pg, id: &str, effect: &Effect) -> Result<CommitOutcome, CommitError> {
+    let job = JobId::new(id).unwrap();
+    let hash = PayloadHash::of(b"{}");
+    let job = JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue: "orders",
+    };
+    t.store().commit(job, effect).await.map(|s| s.outcome)
+}
+
+#[tokio::test]
+async fn each_sqlstate_class_is_its_outcome() {
+    let t = Pg::new().await;
+    let collided =
+        |o: &Result<CommitOutcome, CommitError>| matches!(o, Ok(CommitOutcome::Collided { .. }));
+    // Serialization failure (Aurora DSQL's optimistic-concurrency error
+    // is this code too), deadlock, lock not available: lost races.
+    for code in ["40001", "40P01", "55P03"] {
+        let got = try_commit(&t, &format!("race-{code}"), &raising(code)).await;
+        assert!(collided(&got), "{code}: {got:?}");
+    }
+    // The user's SQL breaks a constraint: the handler's business outcome,
+    // at the statement's index.
+    let not_null = Effect::new()
+        .execute(Sql::new(format!(
+            "INSERT INTO \"{}\".counters (name, n) VALUES ('x', 1)",
+            t.schema()
+        )))
+        .execute(Sql::new(format!(
+            "INSERT INTO \"{}\".counters (name, n) VALUES ('y', NULL)",
+            t.schema()
+        )));
+    let got = try_commit(&t, "nn", &not_null).await;
+    assert!(
+        matches!(&got, Ok(CommitOutcome::Rejected { index: 1, reason }) if reason.contains("23502")),
+        "{got:?}"
+    );
+    assert_eq!(
+        t.counter("x").await,
+        0,
+        "the first statement is rolled back too"
+    );
+    let got = try_commit(&t, "div", &raising("22012")).await;
+    assert!(
+        matches!(got, Ok(CommitOutcome::Rejected { index: 0, .. })),
+        "{got:?}"
+    );
+    // Server trouble: transient.
+    for code in ["53300", "57014", "XX000"] {
+        let got = try_commit(&t, &format!("t-{code}"), &raising(code)).await;
+        assert!(
+            matches!(got, Ok(CommitOutcome::Transient { .. })),
+            "{code}: {got:?}"
+        );
+    }
+    // Wrong SQL and missing tables: no retry mends them.
+    let syntax = Effect::new().execute(Sql::new("INSERTT INTO nowhere VALUES (1)"));
+    assert!(matches!(
+        try_commit(&t, "syntax", &syntax).await,
+        Err(CommitError::Invalid(_))
+    ));
+    let missing = Effect::new().execute(Sql::new("INSERT INTO no_such_table VALUES (1)"));
+    assert!(matches!(
+        try_commit(&t, "missing", &missing).await,
+        Err(CommitError::TableNotFound(m)) if m.contains("no_such_table")
+    ));
+    let denied = raising("42501");
+    assert!(matches!(
+        try_commit(&t, "denied", &denied).await,
+        Err(CommitError::AccessDenied { .. })
+    ));
+    // Refused before any I/O.
+    let control = Effect::new().execute(Sql::new("COMMIT"));
+    assert!(matches!(
+        try_commit(&t, "control", &control).await,
+        Err(CommitError::Effect(_))
+    ));
+    // None of these left a marker: each job may still commit.
+    for id in ["race-40001", "nn", "t-53300", "syntax", "control"] {
+        let job = JobId::new(id).unwrap();
+        assert_eq!(
+            t.store().read_marker("orders", &job).await.unwrap(),
+            None,
+            "{id}"
+        );
+    }
+}
+
+/// A TCP proxy to the server that, once armed, forwards a client's
+/// `COMMIT` and then cuts the connection before the server's answer
+/// reaches the client.
+async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = TcpStream::connect(&upstream).await.unwrap();
+            let armed = Arc::clone(&armed);
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let cut = Arc::new(AtomicBool::new(false));
+                let cut_up = Arc::clone(&cut);
+                let up = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        let sent_commit = buf[..n].windows(7).any(|w| w == b"COMMIT\0");
+                        let cutting = sent_commit && armed.swap(false, Ordering::SeqCst);
+                        if cutting {
+                            // No answer reaches the client from here on.
+                            cut_up.store(true, Ordering::SeqCst);
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                        if cutting {
+                            // Let the server commit, then close both ways.
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            return;
+                        }
+                    }
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if cut.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                // The upstream half ends on its own: after a cut, only
+                // once the server had time to commit.
+                drop(up);
+            });
+        }
+    });
+    port
+}
+
+/// The connection is cut after `COMMIT` reached the server and before its
+/// answer came back: whether the job committed is unknown to the store,
+/// which tries again on a new connection, where the marker settles it as
+/// a duplicate. The effect is applied once.
+#[tokio::test]
+async fn a_connection_cut_after_commit_is_settled_by_the_marker() {
+    let t = Pg::new().await;
+    let url = postgres_url();
+    let parsed: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &parsed.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("{other:?}"),
+    };
+    let port = parsed.get_ports()[0];
+    let armed = Arc::new(AtomicBool::new(false));
+    let proxy = cutting_proxy(format!("{host}:{port}"), Arc::clone(&armed)).await;
+    let password = String::from_utf8(parsed.get_password().unwrap().to_vec()).unwrap();
+    let via_proxy = format!(
+        "host=127.0.0.1 port={proxy} user={} password={password} dbname={} sslmode=disable",
+        parsed.get_user().unwrap(),
+        parsed.get_dbname().unwrap()
+    );
+    let store = Postgres::new(
+        PostgresConfig::new(via_proxy)
+            .with_schema(t.schema())
+            .unwrap()
+            .with_marker_ttl(TTL),
+    )
+    .unwrap();
+
+    // A first job opens the connection the cut will hit.
+    let warm = cut_commit(&store, "warm", &t).await;
+    assert_eq!(warm, CommitOutcome::Committed);
+    armed.store(true, Ordering::SeqCst);
+    let cut = cut_commit(&store, "cut", &t).await;
+    assert!(!armed.load(Ordering::SeqCst), "the proxy cut a connection");
+    assert_eq!(
+        cut,
+        CommitOutcome::Duplicate,
+        "the second try finds the marker the first one committed"
+    );
+    assert_eq!(t.counter("cut").await, 1, "applied once");
+    // Delivered again later: still a duplicate, still once.
+    assert_eq!(
+        cut_commit(&store, "cut", &t).await,
+        CommitOutcome::Duplicate
+    );
+    assert_eq!(t.counter("cut").await, 1);
+}
+
+async fn cut_commit(store: &Postgres, id: &str, t: &Pg) -> CommitOutcome {
+    let job = JobId::new(id).unwrap();
+    let hash = PayloadHash::of(b"{}");
+    let job = JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue: "orders",
+    };
+    store.commit(job, &t.add_one(id)).await.unwrap().outcome
+}
+
+/// One connection is enough: a duplicate reads its marker on the
+/// connection its commit used, not on a second one it would wait for.
+#[tokio::test]
+async fn a_pool_of_one_settles_duplicates() {
+    let t = Pg::new().await;
+    let store = Postgres::new(
+        PostgresConfig::new(postgres_url())
+            .with_schema(t.schema())
+            .unwrap()
+            .with_pool_size(1),
+    )
+    .unwrap();
+    for expected in [CommitOutcome::Committed, CommitOutcome::Duplicate] {
+        let got = tokio::time::timeout(Duration::from_secs(20), cut_commit(&store, "one", &t))
+            .await
+            .expect("no wait on itself");
+        assert_eq!(got, expected);
+    }
+    let checked = Effect::new().execute(
+        Sql::new(format!(
+            "UPDATE \"{}\".counters SET n = n + 1 WHERE name = 'one'",
+            t.schema()
+        ))
+        .expect_rows(1),
+    );
+    let job = JobId::new("checked").unwrap();
+    let hash = PayloadHash::of(b"{}");
+    let job = JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue: "orders",
+    };
+    for expected in [CommitOutcome::Committed, CommitOutcome::Duplicate] {
+        let got = store.commit(job, &checked).await.unwrap().outcome;
+        assert_eq!(got, expected, "a checked effect commits in two round trips");
+    }
+    assert_eq!(t.counter("one").await, 2);
+}
+
+/// A schema newer than this idemq is refused, not touched.
+#[tokio::test]
+async fn a_newer_schema_is_refused() {
+    let t = Pg::new().await;
+    t.client()
+        .batch_execute(&format!(
+            "INSERT INTO \"{}\".schema_version (version) VALUES (99)",
+            t.schema()
+        ))
+        .await
+        .unwrap();
+    let err = t
+        .store()
+        .schema()
+        .provision(&mut Vec::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("99"), "{err}");
+}
+
+/// Expired markers and failure records are deleted; live ones stay.
+#[tokio::test]
+async fn expired_rows_are_deleted() {
+    let t = Pg::new().await;
+    for id in ["old", "new"] {
+        let s = commit(&t, "orders", id, "{}", &t.add_one(id)).await;
+        assert_eq!(s.outcome, CommitOutcome::Committed);
+    }
+    t.client()
+        .batch_execute(&format!(
+            "UPDATE \"{}\".markers SET expires_at = now() - interval '1 second' WHERE job_id = 'old'",
+            t.schema()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(t.store().delete_expired(100).await.unwrap(), 1);
+    for (id, kept) in [("old", false), ("new", true)] {
+        let marker = t
+            .store()
+            .read_marker("orders", &JobId::new(id).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(marker.is_some(), kept, "{id}");
+    }
+}
