@@ -65,7 +65,8 @@ pub struct InitReport {
     pub queue_url: String,
     /// The DLQ's URL.
     pub dlq_url: String,
-    /// The table's name.
+    /// The table's name (on PostgreSQL: the schema, as
+    /// [`init_store`] names it).
     pub table_name: String,
     /// What init created this time (empty on a second run).
     #[serde(skip)]
@@ -106,6 +107,9 @@ pub enum InitError {
     /// A DynamoDB call failed.
     #[error("DynamoDB: {0}")]
     DynamoDb(String),
+    /// A store's call failed (its message names the store).
+    #[error("{0}")]
+    Store(String),
     /// The table (name) did not become `ACTIVE` within the wait (duration).
     #[error("table {0} did not become ACTIVE within {1:?}")]
     TableNotActive(String, Duration),
@@ -125,7 +129,7 @@ impl From<ProvisionError> for InitError {
                 expected,
                 found,
             },
-            ProvisionError::Store(s) => Self::DynamoDb(s),
+            ProvisionError::Store(s) => Self::Store(s),
             ProvisionError::NotReady(name, wait) => Self::TableNotActive(name, wait),
         }
     }
@@ -221,6 +225,24 @@ pub async fn init_with(
     spec: &InitSpec,
     protection: TableProtection,
 ) -> Result<InitReport, InitError> {
+    let table = TableProvisioner::new(ddb.clone(), spec.layout.clone(), protection);
+    let mut report = init_store(sqs, &table, spec).await.map_err(|e| match e {
+        InitError::Store(s) => InitError::DynamoDb(s),
+        other => other,
+    })?;
+    report.table_name = spec.layout.table_name.clone();
+    Ok(report)
+}
+
+/// [`init_with`] for any store: the queues as the templates make them, and
+/// `store`'s schema ([`Provision`]); the report's `table_name` is the
+/// schema's resource as the store names it (`schema idemq (version 1)` on
+/// PostgreSQL). `spec.layout` is not read.
+pub async fn init_store(
+    sqs: &aws_sdk_sqs::Client,
+    store: &dyn Provision,
+    spec: &InitSpec,
+) -> Result<InitReport, InitError> {
     let (queue_name, dlq_name) = spec.queue_names()?;
     let mut created = Vec::new();
     let mut violations = Vec::new();
@@ -274,10 +296,9 @@ pub async fn init_with(
         .await
         .map_err(sqs_err)?;
 
-    let table = TableProvisioner::new(ddb.clone(), spec.layout.clone(), protection);
-    let provisioned = table.provision(&mut violations).await?;
+    let provisioned = store.provision(&mut violations).await?;
     if provisioned.created {
-        created.push(provisioned.name);
+        created.push(provisioned.name.clone());
     }
 
     let source_retention = crate::queue::retention(sqs, &queue_url).await?;
@@ -300,7 +321,7 @@ pub async fn init_with(
     Ok(InitReport {
         queue_url,
         dlq_url,
-        table_name: spec.layout.table_name.clone(),
+        table_name: provisioned.name,
         created,
         warnings,
         violations,

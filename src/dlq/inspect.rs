@@ -8,6 +8,7 @@
 //! the CLI prints (as a table or as JSON) and a console can render.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -19,6 +20,7 @@ use crate::config::{ConfigError, DEFAULT_MARKER_TTL, TableLayout};
 use crate::dead_letter::{DeadLetters, DlqError, FailureRecord};
 use crate::job::JobIdResolver;
 use crate::queue::{QueueError, QueueInfo};
+use crate::store::FailureRecords;
 
 /// Why a DLQ could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -127,16 +129,38 @@ impl Dlq {
         ddb: aws_sdk_dynamodb::Client,
         options: DlqOptions,
     ) -> Result<Self, OpenError> {
+        // The same layout as the consumer's (IDEMQ_ATTR_*, IDEMQ_KEY_PREFIX),
+        // or records would be looked up under keys it never wrote.
+        let layout = match options.table.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) => Some(TableLayout::from_env_with_table(Some(t.to_owned()))?),
+            None => None,
+        };
+        let records = layout.map(|l| DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL));
+        Self::connect_to(sqs, records, options).await
+    }
+
+    /// Opens the DLQ of `options` as [`Dlq::connect`] does, with the
+    /// failure records of any store (`None`: no records); `options.table`
+    /// is not read.
+    pub async fn connect_with_records(
+        sqs: aws_sdk_sqs::Client,
+        records: Option<Arc<dyn FailureRecords>>,
+        options: DlqOptions,
+    ) -> Result<Self, OpenError> {
+        let records =
+            records.map(|r| DeadLetters::with_records(r, sqs.clone(), DEFAULT_MARKER_TTL));
+        Self::connect_to(sqs, records, options).await
+    }
+
+    async fn connect_to(
+        sqs: aws_sdk_sqs::Client,
+        records: Option<DeadLetters>,
+        options: DlqOptions,
+    ) -> Result<Self, OpenError> {
         let url = options.dlq_url;
         if !(url.starts_with("https://") || url.starts_with("http://")) {
             return Err(OpenError::NotAUrl(url));
         }
-        // The same layout as the consumer's (IDEMQ_ATTR_*, IDEMQ_KEY_PREFIX),
-        // or records would be looked up under keys it never wrote.
-        let layout = match options.table.filter(|t| !t.is_empty()) {
-            Some(t) => Some(TableLayout::from_env_with_table(Some(t))?),
-            None => None,
-        };
         let info = QueueInfo::discover(&sqs, &url)
             .await
             .map_err(|e| OpenError::of_queue(&url, e))?;
@@ -150,9 +174,7 @@ impl Dlq {
         if sources.is_empty() && !options.explicit_destination {
             return Err(OpenError::NotADlq(url));
         }
-        let records = layout.map(|l| {
-            DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL).with_source_queues(&sources)
-        });
+        let records = records.map(|r| r.with_source_queues(&sources));
         Ok(Self {
             peek: Peek::new(sqs, url, options.hold),
             records,

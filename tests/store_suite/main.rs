@@ -15,6 +15,7 @@ mod common;
 mod cases;
 mod postgres;
 mod subject;
+mod worker;
 
 /// The suite's cases for one store.
 macro_rules! suite {

@@ -46,6 +46,11 @@ enum Command {
     /// AWS_ENDPOINT_URL_SQS / AWS_ENDPOINT_URL_DYNAMODB. Prints {"queue_url",
     /// "dlq_url", "table_name"}. Exit 1 when an existing resource breaks the
     /// templates' rules (each named, with the numbers).
+    ///
+    /// With `--store postgres` (a binary built with the `postgres`
+    /// feature), creates or upgrades idemq's schema in the database of
+    /// IDEMQ_POSTGRES_URL (schema IDEMQ_POSTGRES_SCHEMA, default idemq)
+    /// instead of the table; "table_name" is then the schema.
     Init(InitArgs),
     /// Send JSON lines as jobs, each with a stable idemq-job-id.
     Send(send::SendArgs),
@@ -53,12 +58,39 @@ enum Command {
     Dlq(dlq::DlqArgs),
 }
 
+/// The store of the consumer's markers and failure records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum StoreKind {
+    /// The idemq table in DynamoDB (IDEMQ_TABLE).
+    #[default]
+    Dynamodb,
+    /// idemq's schema in PostgreSQL (IDEMQ_POSTGRES_URL,
+    /// IDEMQ_POSTGRES_SCHEMA).
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
+/// The consumer's PostgreSQL store, from the same variables as the
+/// consumer's (IDEMQ_POSTGRES_URL, IDEMQ_POSTGRES_SCHEMA, IDEMQ_NAMESPACE,
+/// IDEMQ_POSTGRES_IAM_AUTH, IDEMQ_POSTGRES_CA_FILE), with one connection.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_store(
+    sdk: &aws_config::SdkConfig,
+) -> Result<idemq::postgres::Postgres, String> {
+    let config = idemq::postgres::PostgresConfig::from_env(sdk, 1).map_err(|e| e.to_string())?;
+    idemq::postgres::Postgres::new(config).map_err(|e| e.to_string())
+}
+
 #[derive(clap::Args)]
 struct InitArgs {
     #[arg(long)]
     queue_name: String,
-    #[arg(long, env = "IDEMQ_TABLE")]
-    table_name: String,
+    /// Where markers and failure records live.
+    #[arg(long, value_enum, default_value_t = StoreKind::Dynamodb)]
+    store: StoreKind,
+    /// The idemq table (DynamoDB).
+    #[arg(long, env = "IDEMQ_TABLE", required_if_eq("store", "dynamodb"))]
+    table_name: Option<String>,
     /// Make FIFO queues (".fifo" is added to the names).
     #[arg(long)]
     fifo: bool,
@@ -124,36 +156,55 @@ async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(&e.to_string()),
     };
-    // The consumer's layout variables, the table from --table-name (or
-    // IDEMQ_TABLE): init and the consumer must agree on the keys.
-    let layout = match TableLayout::from_env_with_table(Some(args.table_name)) {
-        Ok(layout) => layout,
-        Err(e) => return usage_error(&e.to_string()),
-    };
-    let spec = InitSpec {
-        queue_name: args.queue_name,
+    let spec = |layout: TableLayout| InitSpec {
+        queue_name: args.queue_name.clone(),
         fifo: args.fifo,
         max_receive_count: args.max_receive_count,
         visibility_timeout: Duration::from_secs(args.visibility_timeout_secs),
         layout,
         marker_ttl: behaviour.marker_ttl,
     };
-    if let Err(e) = spec.queue_names().and_then(|_| spec.check_template_rules()) {
-        return usage_error(&e.to_string());
-    }
-    let l = &spec.layout;
-    eprintln!(
-        "table layout: table {}, partition key {:?}, expires_at attribute {:?}, key prefix {:?} \
-         (from --table-name/IDEMQ_TABLE, IDEMQ_ATTR_PK, IDEMQ_ATTR_EXPIRES_AT, IDEMQ_KEY_PREFIX; \
-         the consumer must run with the same)",
-        l.table_name, l.partition_key, l.expires_at, l.key_prefix
-    );
-    let protection = TableProtection {
-        deletion_protection: !args.no_deletion_protection,
-    };
     let sqs = aws_sdk_sqs::Client::new(sdk);
-    let ddb = aws_sdk_dynamodb::Client::new(sdk);
-    match init_with(&sqs, &ddb, &spec, protection).await {
+    let result = match args.store {
+        StoreKind::Dynamodb => {
+            // The consumer's layout variables, the table from --table-name
+            // (or IDEMQ_TABLE): init and the consumer must agree on the keys.
+            let layout = match TableLayout::from_env_with_table(args.table_name.clone()) {
+                Ok(layout) => layout,
+                Err(e) => return usage_error(&e.to_string()),
+            };
+            let spec = spec(layout);
+            if let Err(e) = spec.queue_names().and_then(|_| spec.check_template_rules()) {
+                return usage_error(&e.to_string());
+            }
+            let l = &spec.layout;
+            eprintln!(
+                "table layout: table {}, partition key {:?}, expires_at attribute {:?}, key prefix {:?} \
+                 (from --table-name/IDEMQ_TABLE, IDEMQ_ATTR_PK, IDEMQ_ATTR_EXPIRES_AT, IDEMQ_KEY_PREFIX; \
+                 the consumer must run with the same)",
+                l.table_name, l.partition_key, l.expires_at, l.key_prefix
+            );
+            let protection = TableProtection {
+                deletion_protection: !args.no_deletion_protection,
+            };
+            let ddb = aws_sdk_dynamodb::Client::new(sdk);
+            init_with(&sqs, &ddb, &spec, protection).await
+        }
+        #[cfg(feature = "postgres")]
+        StoreKind::Postgres => {
+            let store = match postgres_store(sdk) {
+                Ok(store) => store,
+                Err(e) => return usage_error(&e),
+            };
+            // The layout is DynamoDB's: init_store does not read it.
+            let spec = spec(TableLayout::new("unused"));
+            if let Err(e) = spec.queue_names().and_then(|_| spec.check_template_rules()) {
+                return usage_error(&e.to_string());
+            }
+            idemq::init::init_store(&sqs, &store.schema(), &spec).await
+        }
+    };
+    match result {
         Ok(report) => {
             for c in &report.created {
                 eprintln!("created {c}");

@@ -17,7 +17,7 @@ use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, NativeRate, Rate, RedriveOpti
 use idemq::horizon::ReplayHorizon;
 use idemq::job::JobIdResolver;
 
-use crate::usage_error;
+use crate::{StoreKind, usage_error};
 
 mod archive;
 mod read;
@@ -44,6 +44,11 @@ struct Common {
     /// the consumer.
     #[arg(long, env = "IDEMQ_TABLE")]
     table: Option<String>,
+    /// Where the consumer keeps its failure records: the table above, or
+    /// (`postgres`, in a binary built with the `postgres` feature) the
+    /// schema of IDEMQ_POSTGRES_URL / IDEMQ_POSTGRES_SCHEMA.
+    #[arg(long, value_enum, default_value_t = StoreKind::Dynamodb)]
+    store: StoreKind,
     /// Seconds each message stays invisible while it is read; then it is
     /// made visible again (1 to 43200, SQS's 12-hour limit).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_HOLD_SECS))]
@@ -238,7 +243,22 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 resolver: resolver.clone(),
                 explicit_destination,
             };
-            match Dlq::connect(sqs.clone(), ddb, options).await {
+            let opened = match c.store {
+                StoreKind::Dynamodb => Dlq::connect(sqs.clone(), ddb, options).await,
+                #[cfg(feature = "postgres")]
+                StoreKind::Postgres => match crate::postgres_store(sdk) {
+                    Ok(store) => {
+                        Dlq::connect_with_records(
+                            sqs.clone(),
+                            Some(store.failure_records()),
+                            options,
+                        )
+                        .await
+                    }
+                    Err(e) => return usage_error(&e),
+                },
+            };
+            match opened {
                 Ok(dlq) => Some(Ctx { dlq, horizon }),
                 Err(e) => return open_failed(&e),
             }
@@ -301,7 +321,9 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
 
 type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
 
-/// A command with its flags checked.
+/// A command with its flags checked. One value per run of the command:
+/// the size of its largest variant is not worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Plan {
     Redrive(RedrivePlan),
     Other(DlqCommand),
