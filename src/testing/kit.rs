@@ -2,7 +2,7 @@
 //! ([`BatchService`]), its SDK clients served by the in-memory DynamoDB
 //! and SQS.
 
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
@@ -14,10 +14,13 @@ use super::dynamodb::{MemoryDynamoDb, TableKey};
 use super::sqs::{MemorySqs, QueueSpec, SentMessage, VisibilityChange};
 use crate::config::BatchConfig;
 use crate::config::{IdempotencyConfig, TableLayout};
+use crate::dead_letter::DeadLetters;
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
 use crate::lambda::BatchService;
+use crate::store::dynamodb::DynamoDb;
 use crate::store::dynamodb::effect::{Item, Key};
+use crate::store::{FailureRecords, Store};
 
 /// How a [`TestKit`] sets up its services and runs events. Start from
 /// [`KitConfig::new`] and change the fields you need.
@@ -124,15 +127,15 @@ impl BatchRun {
 /// assert!(kit.marker("m1").is_some(), "m1 committed (its id is its MessageId)");
 /// # }
 /// ```
-pub struct TestKit<H> {
-    service: BatchService<H>,
+pub struct TestKit<H, S = DynamoDb> {
+    service: BatchService<H, S>,
     services: Services,
     sqs_client: aws_sdk_sqs::Client,
     dynamodb_client: aws_sdk_dynamodb::Client,
     config: KitConfig,
 }
 
-impl<H> std::fmt::Debug for TestKit<H> {
+impl<H, S> std::fmt::Debug for TestKit<H, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestKit")
             .field("config", &self.config)
@@ -161,6 +164,52 @@ impl<H: Handler> TestKit<H> {
             dynamodb_client.clone(),
             config.layout.clone(),
             config.idempotency.clone(),
+            config.batch,
+        );
+        Self {
+            service: BatchService::from_host(host),
+            services,
+            sqs_client,
+            dynamodb_client,
+            config,
+        }
+    }
+}
+
+impl<H: Handler<S>, S: Store> TestKit<H, S> {
+    /// `handler` on a store of your own (PostgreSQL, say: a real server,
+    /// since the kit serves only SQS and DynamoDB in memory), its failure
+    /// records in `records`, SQS in memory, with `config` (its layout is
+    /// not read).
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # async fn doc(handler: impl idemq::handler::Handler<idemq::postgres::Postgres>)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use idemq::postgres::{Postgres, PostgresConfig};
+    /// use idemq::testing::{KitConfig, TestKit};
+    ///
+    /// let store = Postgres::new(PostgresConfig::new(std::env::var("IDEMQ_POSTGRES_URL")?))?;
+    /// let records = store.failure_records();
+    /// let kit = TestKit::with_store(handler, store, records, KitConfig::new("unused"));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_store(
+        handler: H,
+        store: S,
+        records: Arc<dyn FailureRecords>,
+        config: KitConfig,
+    ) -> Self {
+        let services = Services::default();
+        let (sqs_client, dynamodb_client) = clients(&services);
+        let dead_letters =
+            DeadLetters::with_records(records, sqs_client.clone(), store.marker_ttl());
+        let host = Host::with_store(
+            handler,
+            store,
+            dead_letters,
+            sqs_client.clone(),
+            config.idempotency.job_id.clone(),
             config.batch,
         );
         Self {
@@ -263,6 +312,18 @@ impl<H: Handler> TestKit<H> {
     }
 }
 
+impl<H, S> TestKit<H, S> {
+    /// The in-memory SQS, with every visibility change and send so far.
+    pub fn sqs(&self) -> MutexGuard<'_, MemorySqs> {
+        lock(&self.services.sqs)
+    }
+
+    /// An SDK client served by the in-memory SQS.
+    pub fn sqs_client(&self) -> &aws_sdk_sqs::Client {
+        &self.sqs_client
+    }
+}
+
 impl<H> TestKit<H> {
     /// The in-memory DynamoDB (locked while the guard lives: drop it
     /// before the next run).
@@ -270,20 +331,10 @@ impl<H> TestKit<H> {
         lock(&self.services.dynamodb)
     }
 
-    /// The in-memory SQS, with every visibility change and send so far.
-    pub fn sqs(&self) -> MutexGuard<'_, MemorySqs> {
-        lock(&self.services.sqs)
-    }
-
     /// An SDK client served by the in-memory DynamoDB (to seed or read
     /// items the way production code does).
     pub fn dynamodb_client(&self) -> &aws_sdk_dynamodb::Client {
         &self.dynamodb_client
-    }
-
-    /// An SDK client served by the in-memory SQS.
-    pub fn sqs_client(&self) -> &aws_sdk_sqs::Client {
-        &self.sqs_client
     }
 
     /// The idemq table's layout.

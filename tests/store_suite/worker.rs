@@ -156,3 +156,56 @@ async fn init_worker_and_dlq_on_postgres() {
         "the failure record from PostgreSQL: {row}"
     );
 }
+
+/// The test kit runs a PostgreSQL handler through the real batch service:
+/// SQS in memory, the store on the stack's server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_kit_runs_a_postgres_handler() {
+    use crate::common::event::sqs_event;
+    use idemq::testing::{KitConfig, TestKit};
+
+    let t = Pg::new().await;
+    let store = t.store().clone();
+    let records = store.failure_records();
+    let kit = TestKit::with_store(
+        Counter {
+            schema: t.schema().to_owned(),
+        },
+        store,
+        records,
+        KitConfig::new("unused"),
+    );
+    let event = sqs_event(
+        "kit-orders",
+        &[
+            ("m1", r#"{"name":"a"}"#, Some("k1"), 1),
+            ("m2", r#"{"name":"a"}"#, Some("k1"), 1),
+            ("m3", r#"{"name":"poison"}"#, Some("k2"), 1),
+        ],
+    );
+    let run = kit.run_json(&event).await.unwrap();
+    assert!(run.failed_ids().is_empty(), "{run:?}");
+    assert_eq!(run.dead_letters.len(), 1, "the poison job is dead-lettered");
+    assert_eq!(
+        t.counter("a").await,
+        1,
+        "k1 twice in one batch, applied once"
+    );
+    let record = t
+        .records()
+        .read_failure(&["kit-orders".to_owned()], Some("k2"), "m3")
+        .await
+        .unwrap()
+        .expect("the failure record is in PostgreSQL");
+    assert!(record.failure.error.contains("poison"), "{record:?}");
+    // Delivered again: a duplicate, nothing applied.
+    let again = kit
+        .run_json(&sqs_event(
+            "kit-orders",
+            &[("m4", r#"{"name":"a"}"#, Some("k1"), 1)],
+        ))
+        .await
+        .unwrap();
+    assert!(again.failed_ids().is_empty());
+    assert_eq!(t.counter("a").await, 1);
+}
