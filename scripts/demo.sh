@@ -4,11 +4,59 @@
 # transfers with duplicates, an outage and malformed jobs, run the ledger
 # example as a local worker, and check every balance.
 # The stack is left running for exploring; `make stack-down` stops it.
+#
+# STORE=postgres (`make demo STORE=postgres`): the same story on the
+# PostgreSQL store: examples/orders_postgres.rs books order payments in
+# the stack's PostgreSQL, driven and checked by tests/support/orders_demo.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+store=${STORE:-dynamodb}
+case "$store" in
+    dynamodb | postgres) ;;
+    *) echo "STORE=$store: the demo runs on dynamodb (the default) or postgres" >&2; exit 2 ;;
+esac
+
+# The PostgreSQL demo: the queues and idemq's schema (idemq::init::init_store,
+# what `idemq init` does for a table), order payments with duplicates, an
+# outage and malformed jobs, the orders example as a local worker, and a
+# check of every booking, status and dead letter.
+postgres_demo() {
+    # make test's features, so the demo reuses its build of the library.
+    echo "== building the orders example and its driver (the first build compiles the AWS SDK: a few minutes)"
+    cargo build --locked --features testing,postgres --example orders_postgres --example orders_demo
+
+    local run resources queue_url dlq_url
+    run="demo-pg-$(date +%s)"
+    echo "== queue, DLQ with maxReceiveCount 5, and idemq's schema in PostgreSQL"
+    resources=$(target/debug/examples/orders_demo init "$run")
+    echo "$resources"
+    json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" <<<"$resources"; }
+    queue_url=$(json queue_url); dlq_url=$(json dlq_url)
+
+    echo "== sending order payments"
+    target/debug/examples/orders_demo send "$queue_url" ".state/$run.json"
+
+    echo "== running the orders consumer as a local worker (creates its tables; exits after 6 s without messages)"
+    # Short backoff so the outage customer's retries finish in seconds.
+    IDEMQ_BACKOFF_BASE=1s IDEMQ_BACKOFF_CAP=2s IDEMQ_LOG=error ORDERS_FAIL_CUSTOMERS=cust-outage \
+        target/debug/examples/orders_postgres --queue-url "$queue_url" --exit-when-idle 6
+
+    echo "== what happened"
+    target/debug/examples/orders_demo check "$queue_url" "$dlq_url" ".state/$run.json"
+    echo
+    echo "The rows are in the stack's PostgreSQL (IDEMQ_POSTGRES_URL in .state/stack.env):"
+    echo "order_status and order_ledger, idemq.markers and idemq.failures (namespace $run)."
+    echo "The stack is still running: 'make stack-down' stops it."
+}
+
 scripts/stack.sh up
 set -a; . .state/stack.env; set +a
+
+if [ "$store" = postgres ]; then
+    postgres_demo
+    exit
+fi
 
 echo "== building idemq and the ledger example (the first build compiles the AWS SDK: a few minutes)"
 cargo build --locked --bin idemq --example ledger --example ledger_demo
