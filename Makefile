@@ -7,7 +7,7 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test artifacts test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench bench-peers bench-quick bench-size bench-sim
+.PHONY: help demo test artifacts test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench-postgres bench bench-peers bench-quick bench-size bench-sim
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did"
@@ -23,9 +23,10 @@ help:
 	@echo "make bench-worker  idemq's worker against a plain consumer, same run"
 	@echo "make bench-producer  Producer::send_batch against one SendMessage per job"
 	@echo "make bench-redrive   idemq dlq redrive against SQS's StartMessageMoveTask"
+	@echo "make bench-postgres  the PostgreSQL store against a plain consumer on the same server: round trips, jobs/s, latency, marker bytes (PG_JOBS=20000)"
 	@echo "make bench-peers   idemq vs a plain consumer vs Powertools: requests, throughput, latency, cold start, cost (~7 min; writes BENCHMARKS.md)"
 	@echo "make bench-quick   the same on a small grid (~1 min; bench/out/ only)"
-	@echo "make bench         the peer benchmark and the three above"
+	@echo "make bench         the peer benchmark and the four above"
 	@echo "make bench-sim  the simulation's jobs per wall second against the real SDK clients' floor (SEEDS=64)"
 	@echo "make bench-size stripped release size: the ledger with idemq (lambda) vs a plain consumer (~20 min cold; writes BENCHMARKS.md)"
 
@@ -98,13 +99,20 @@ bench-redrive: stack-up
 	cargo build --locked --example bench_redrive
 	$(WITH_STACK) target/debug/examples/bench_redrive 2000
 
+# 20,000 jobs per variant (BENCH_PG_JOBS; the example alone defaults to
+# 2,000), with the features every other build uses, so it shares their build.
+PG_JOBS ?= 20000
+bench-postgres: stack-up
+	cargo build --locked --features testing,postgres --example bench_postgres
+	$(WITH_STACK) BENCH_PG_JOBS=$(PG_JOBS) target/debug/examples/bench_postgres
+
 bench-peers:
 	@scripts/bench.sh
 
 bench-quick:
 	@scripts/bench.sh --quick
 
-bench: bench-peers bench-worker bench-producer bench-redrive
+bench: bench-peers bench-worker bench-producer bench-redrive bench-postgres
 
 bench-size:
 	bench/size.sh --write
