@@ -317,3 +317,189 @@ async fn expired_rows_are_deleted() {
         assert_eq!(marker.is_some(), kept, "{id}");
     }
 }
+
+/// A TCP proxy to the server that keeps every byte its clients sent.
+async fn recording_proxy(upstream: String) -> (u16, Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let streams: Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let kept = Arc::clone(&streams);
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = TcpStream::connect(&upstream).await.unwrap();
+            let index = {
+                let mut s = kept.lock().unwrap();
+                s.push(Vec::new());
+                s.len() - 1
+            };
+            let kept = Arc::clone(&kept);
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match cr.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    kept.lock().unwrap()[index].extend_from_slice(&buf[..n]);
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, streams)
+}
+
+/// The frontend messages of one connection after its startup message:
+/// (type, body).
+fn frontend_messages(stream: &[u8]) -> Vec<(u8, &[u8])> {
+    let len = |at: usize| u32::from_be_bytes(stream[at..at + 4].try_into().unwrap()) as usize;
+    let mut at = len(0); // the startup message has no type byte
+    let mut messages = Vec::new();
+    while at + 5 <= stream.len() {
+        let kind = stream[at];
+        let body = &stream[at + 5..at + 1 + len(at + 1)];
+        messages.push((kind, body));
+        at += 1 + len(at + 1);
+    }
+    messages
+}
+
+/// Behind RDS Proxy a session that keeps state is pinned to one database
+/// connection
+/// (<https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-pinning.html>).
+/// Every message the store sends, on the wire: each extended-protocol
+/// statement is unnamed (no prepared statement outlives its message
+/// group), and the only simple queries are the transaction's own `BEGIN`,
+/// `COMMIT` and `ROLLBACK`, never a `SET`.
+#[tokio::test]
+async fn nothing_the_store_sends_pins_a_session() {
+    let t = Pg::new().await;
+    let url = postgres_url();
+    let parsed: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &parsed.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (proxy, streams) = recording_proxy(format!("{host}:{}", parsed.get_ports()[0])).await;
+    let password = String::from_utf8(parsed.get_password().unwrap().to_vec()).unwrap();
+    let store = Postgres::new(
+        PostgresConfig::new(format!(
+            "host=127.0.0.1 port={proxy} user={} password={password} dbname={} sslmode=disable",
+            parsed.get_user().unwrap(),
+            parsed.get_dbname().unwrap()
+        ))
+        .with_schema(t.schema())
+        .unwrap()
+        .with_marker_ttl(TTL),
+    )
+    .unwrap();
+    // Every kind of request: a new job with its look-up, a duplicate, a
+    // checked effect that is refused (rolled back) and one that commits, a
+    // failure record written and read, expired rows deleted.
+    let job = JobId::new("pin").unwrap();
+    let hash = PayloadHash::of(b"{}");
+    let job = JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue: "orders",
+    };
+    assert!(matches!(
+        store.look_up(job).await.unwrap(),
+        idemq::store::LookedUp::Absent
+    ));
+    assert_eq!(
+        store.commit(job, &t.add_one("pin")).await.unwrap().outcome,
+        CommitOutcome::Committed
+    );
+    assert_eq!(
+        store.commit(job, &t.add_one("pin")).await.unwrap().outcome,
+        CommitOutcome::Duplicate
+    );
+    assert!(matches!(
+        cut_commit_effect(&store, "refused", &t.refused("refused")).await,
+        CommitOutcome::Rejected { .. }
+    ));
+    let checked = Effect::new().execute(
+        Sql::new(format!(
+            "UPDATE \"{}\".counters SET n = n + 1 WHERE name = 'pin'",
+            t.schema()
+        ))
+        .expect_rows(1),
+    );
+    assert_eq!(
+        cut_commit_effect(&store, "checked", &checked).await,
+        CommitOutcome::Committed
+    );
+    let records = store.failure_records();
+    let record = idemq::failure::FailureRecord {
+        job_id: Some("pin".into()),
+        message_id: "m".into(),
+        attempt: 1,
+        failure: idemq::failure::Failure {
+            kind: idemq::failure::FailureKind::Transient,
+            error: "e".into(),
+            chain: vec![],
+        },
+        failed_at: std::time::SystemTime::now(),
+        source_queue: "orders".into(),
+        payload_hash: hash.as_str().to_owned(),
+    };
+    records.record_failure(&record).await.unwrap();
+    assert!(
+        records
+            .read_failure(&["orders".into()], Some("pin"), "m")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    store.delete_expired(10).await.unwrap();
+
+    let streams = streams.lock().unwrap().clone();
+    assert!(!streams.is_empty());
+    let (mut parses, mut queries) = (0, Vec::new());
+    for stream in &streams {
+        for (kind, body) in frontend_messages(stream) {
+            match kind {
+                b'P' => {
+                    parses += 1;
+                    assert_eq!(
+                        body[0],
+                        0,
+                        "a named statement: {:?}",
+                        String::from_utf8_lossy(body)
+                    );
+                }
+                b'Q' => queries.push(String::from_utf8_lossy(&body[..body.len() - 1]).into_owned()),
+                b'C' => panic!("a Close: something named was left to close"),
+                _ => {}
+            }
+        }
+    }
+    assert!(parses >= 10, "{parses} statements seen");
+    for q in &queries {
+        assert!(
+            ["BEGIN", "COMMIT", "ROLLBACK"].contains(&q.as_str()),
+            "a simple query other than the transaction's own: {q}"
+        );
+    }
+    assert!(queries.iter().any(|q| q == "ROLLBACK"), "{queries:?}");
+}
+
+async fn cut_commit_effect(store: &Postgres, id: &str, effect: &Effect) -> CommitOutcome {
+    let job = JobId::new(id).unwrap();
+    let hash = PayloadHash::of(b"{}");
+    let job = JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue: "orders",
+    };
+    store.commit(job, effect).await.unwrap().outcome
+}

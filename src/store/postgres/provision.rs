@@ -112,13 +112,14 @@ impl Schema {
             .await
             .map_err(store)?;
         let found: i32 = client
-            .query_one(
+            .query_typed(
                 &format!("SELECT coalesce(max(version), 0) FROM \"{schema}\".schema_version"),
                 &[],
             )
             .await
             .map_err(store)?
-            .get(0);
+            .first()
+            .map_or(0, |row| row.get(0));
         let name = format!("schema {schema} (version {VERSION})");
         if found > VERSION {
             let _ = client.batch_execute("ROLLBACK").await;
