@@ -17,19 +17,20 @@ case "$store" in
     *) echo "STORE=$store: the demo runs on dynamodb (the default) or postgres" >&2; exit 2 ;;
 esac
 
-# The PostgreSQL demo: the queues and idemq's schema (idemq::init::init_store,
-# what `idemq init` does for a table), order payments with duplicates, an
-# outage and malformed jobs, the orders example as a local worker, and a
-# check of every booking, status and dead letter.
+# The PostgreSQL demo: `idemq init --store postgres` (queues and idemq's
+# schema), order payments with duplicates, an outage and malformed jobs,
+# the orders example as a local worker, a check of every booking, status
+# and dead letter, and the operator's view.
 postgres_demo() {
     # make test's features, so the demo reuses its build of the library.
-    echo "== building the orders example and its driver (the first build compiles the AWS SDK: a few minutes)"
-    cargo build --locked --features testing,postgres --example orders_postgres --example orders_demo
+    echo "== building idemq and the orders example (the first build compiles the AWS SDK: a few minutes)"
+    cargo build --locked --features testing,postgres --bin idemq --example orders_postgres --example orders_demo
 
     local run resources queue_url dlq_url
     run="demo-pg-$(date +%s)"
-    echo "== queue, DLQ with maxReceiveCount 5, and idemq's schema in PostgreSQL"
-    resources=$(target/debug/examples/orders_demo init "$run")
+    echo "== idemq init --store postgres (queue, DLQ with maxReceiveCount 5, idemq's schema in PostgreSQL)"
+    resources=$(target/debug/idemq init --store postgres --queue-name "$run" \
+        --max-receive-count 5 --visibility-timeout-secs 10)
     echo "$resources"
     json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" <<<"$resources"; }
     queue_url=$(json queue_url); dlq_url=$(json dlq_url)
@@ -45,9 +46,14 @@ postgres_demo() {
     echo "== what happened"
     target/debug/examples/orders_demo check "$queue_url" "$dlq_url" ".state/$run.json"
     echo
-    echo "The rows are in the stack's PostgreSQL (IDEMQ_POSTGRES_URL in .state/stack.env):"
-    echo "order_status and order_ledger, idemq.markers and idemq.failures (namespace $run)."
-    echo "The stack is still running: 'make stack-down' stops it."
+    echo "== the operator's view: idemq dlq stats --store postgres"
+    target/debug/idemq dlq stats --store postgres --dlq-url "$dlq_url"
+    echo
+    echo "Once the outage is over, replay the dead letters safely:"
+    echo "  set -a; . .state/stack.env; set +a"
+    echo "  target/debug/idemq dlq redrive --store postgres --dlq-url $dlq_url --error-contains outage"
+    echo "The rows are in the stack's PostgreSQL (IDEMQ_POSTGRES_URL): order_status, order_ledger,"
+    echo "idemq.markers and idemq.failures (namespace $run). 'make stack-down' stops the stack."
 }
 
 scripts/stack.sh up

@@ -1,10 +1,10 @@
-//! Drives `make demo STORE=postgres`: makes the queues and idemq's schema,
-//! sends a few hundred order payments with the troubles of real life, then
-//! checks what the orders worker (examples/orders_postgres.rs) made of
-//! them, in PostgreSQL and in the DLQ.
+//! Drives `make demo STORE=postgres`: sends a few hundred order payments
+//! with the troubles of real life, then checks what the orders worker
+//! (examples/orders_postgres.rs) made of them, in PostgreSQL and in the
+//! DLQ (the queues come from `idemq init --store postgres
+//! --max-receive-count 5`).
 //!
 //! ```sh
-//! orders_demo init  QUEUE_NAME                  # queue, DLQ, idemq's schema (JSON)
 //! orders_demo send  QUEUE_URL STATE_FILE        # send, and write what to expect
 //! orders_demo check QUEUE_URL DLQ_URL STATE_FILE
 //! ```
@@ -15,7 +15,6 @@
 //! `IDEMQ_POSTGRES_URL` (and `IDEMQ_POSTGRES_SCHEMA`, as the worker does).
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
 
 use idemq::Producer;
 use idemq::dead_letter::{ATTR_ERROR, DeadLetters};
@@ -28,7 +27,8 @@ use serde::{Deserialize, Serialize};
 type Error = Box<dyn std::error::Error>;
 
 const OUTAGE: &str = "cust-outage";
-/// Receives before SQS dead-letters a message: the templates' least.
+/// Receives before SQS dead-letters a message (`idemq init
+/// --max-receive-count` in scripts/demo.sh): the templates' least.
 const MAX_RECEIVE_COUNT: u32 = 5;
 
 /// What `send` sent, for `check`.
@@ -54,7 +54,6 @@ async fn main() -> Result<(), Error> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["init", queue_name] => init(&sdk, queue_name).await,
         ["send", queue_url, state] => send(&sdk, queue_url, state).await,
         ["check", queue_url, dlq_url, state] => check(&sdk, queue_url, dlq_url, state).await,
         _ => Err(
@@ -69,27 +68,6 @@ fn store(sdk: &aws_config::SdkConfig) -> Result<(Postgres, String), Error> {
     let config = PostgresConfig::from_env(sdk, 1)?.with_sweep_every(None);
     let schema = config.schema().to_owned();
     Ok((Postgres::new(config)?, schema))
-}
-
-/// What `idemq init` does for a DynamoDB table, with idemq's PostgreSQL
-/// schema in its place: `idemq::init::init_store`.
-async fn init(sdk: &aws_config::SdkConfig, queue_name: &str) -> Result<(), Error> {
-    let (store, _) = store(sdk)?;
-    let spec = idemq::init::InitSpec {
-        queue_name: queue_name.to_owned(),
-        fifo: false,
-        max_receive_count: MAX_RECEIVE_COUNT,
-        visibility_timeout: Duration::from_secs(10),
-        layout: idemq::TableLayout::new("unused"),
-        marker_ttl: store.marker_ttl(),
-    };
-    let sqs = aws_sdk_sqs::Client::new(sdk);
-    let report = idemq::init::init_store(&sqs, &store.schema(), &spec).await?;
-    for w in report.warnings.iter().chain(&report.violations) {
-        eprintln!("warning: {w}");
-    }
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(())
 }
 
 async fn send(sdk: &aws_config::SdkConfig, queue_url: &str, state: &str) -> Result<(), Error> {
