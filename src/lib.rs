@@ -43,7 +43,9 @@
 //! - [`store`]: the seam a system of record implements ([`store::Store`]:
 //!   commit, look-up, marker read; failure records; schema), and
 //!   [`store::dynamodb`]: the dedup transaction ([`Committer`]), failure
-//!   records and the table, on DynamoDB;
+//!   records and the table, on DynamoDB; `store::postgres` (feature
+//!   `postgres`, also `idemq::postgres`): the same on PostgreSQL, the
+//!   marker row and the handler's SQL in one pipelined transaction;
 //! - [`commit`]: what a commit can end in, whichever store made it;
 //! - [`failure`]: why a job failed, and the record kept of it;
 //! - [`backoff`]: retry delays (exponential, full jitter) and the check
