@@ -63,6 +63,14 @@ cargo test --locked --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features "$FEATURES"
 
+echo "== the PostgreSQL demo (orders example through idemq::postgres::run, checked)"
+# The one run of a PostgreSQL consumer as its user runs it: a process
+# started by idemq::postgres::run, settings from the environment, the
+# worker's flags. With make test's features, so it reuses the build above
+# (links three binaries); about 25 s warm, most of it the outage's retries
+# and the worker's 6 s idle exit.
+STORE=postgres scripts/demo.sh
+
 echo "== infra templates (rules, least privilege, cfn-lint, terraform fmt, local CloudFormation)"
 scripts/infra_test.sh
 
