@@ -7,7 +7,12 @@
 //!   records, namespaces;
 //! - `subject.rs`: each store behind the same few effects;
 //! - `postgres.rs`: what only PostgreSQL has (SQLSTATE mapping, a
-//!   connection cut after `COMMIT` was sent, the schema's versions).
+//!   connection cut after `COMMIT` was sent, nothing on the wire that pins
+//!   a session behind RDS Proxy, the schema's versions, expired rows);
+//! - `tls.rs`: TLS through a proxy with a test CA (trusted, untrusted,
+//!   another host's name);
+//! - `worker.rs`: a PostgreSQL consumer end to end: `idemq init` and
+//!   `idemq dlq` with `--store postgres`, the local worker, the test kit.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -15,6 +20,7 @@ mod common;
 mod cases;
 mod postgres;
 mod subject;
+mod tls;
 mod worker;
 
 /// The suite's cases for one store.

@@ -160,6 +160,11 @@ impl Inner {
             OpenError::Config(msg) => Err(CommitError::Invalid(format!(
                 "cannot connect to PostgreSQL: {msg}"
             ))),
+            // A deployment error, retried and alarmed as one.
+            OpenError::Tls(msg) => Err(CommitError::AccessDenied {
+                needs: "a server certificate for the host named in IDEMQ_POSTGRES_URL that the system's roots or IDEMQ_POSTGRES_CA_FILE trust".into(),
+                message: msg,
+            }),
             OpenError::Postgres(e) => match classify(&e, None) {
                 Ok(step) => Ok(outcome_of(step)),
                 Err(e) => Err(e),

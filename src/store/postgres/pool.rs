@@ -66,7 +66,7 @@ impl Connector {
         }
         let client = match (&self.tls, config.get_ssl_mode()) {
             (Some(tls), mode) if mode != SslMode::Disable => {
-                let (client, connection) = config.connect(tls.clone()).await?;
+                let (client, connection) = config.connect(tls.clone()).await.map_err(tls_or)?;
                 tokio::spawn(drive(connection));
                 client
             }
@@ -78,6 +78,25 @@ impl Connector {
         };
         Ok(client)
     }
+}
+
+/// A connection error whose cause is the TLS handshake refusing the
+/// server (an untrusted certificate, another host's name) as
+/// [`OpenError::Tls`]: no retry mends it, only a setting does.
+fn tls_or(e: tokio_postgres::Error) -> OpenError {
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        let tls = s.downcast_ref::<rustls::Error>().or_else(|| {
+            s.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(tls) = tls {
+            return OpenError::Tls(tls.to_string());
+        }
+        source = s.source();
+    }
+    OpenError::Postgres(e)
 }
 
 /// Runs a connection until it closes.
@@ -96,6 +115,9 @@ pub(crate) enum OpenError {
     /// The settings cannot make one.
     #[error("{0}")]
     Config(String),
+    /// The TLS handshake refused the server.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// The environment's connections.
