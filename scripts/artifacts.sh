@@ -16,8 +16,8 @@
 #   functions tests/outside, a Lambda-only function outside the package
 #             (`default-features = false, features = ["lambda"]`), and
 #             infra/sam/function, the bootstrap the SAM template deploys;
-#             both must also compile no CLI, progress-bar, failpoint, regex
-#             or SNS crate;
+#             both must also compile no CLI, progress-bar, failpoint, regex,
+#             SNS or PostgreSQL crate;
 #   package   the `.crate` file, unpacked and built by `cargo package`, and
 #             the `idemq` operator binary installed from it by
 #             `cargo install --locked`, as a user installs it, and run.
@@ -95,7 +95,7 @@ library() {
 }
 
 # Crates a Lambda-only function must not compile.
-HEAVY='^(clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers|aws-sdk-sns) v'
+HEAVY='^(clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers|aws-sdk-sns|tokio-postgres|postgres-protocol|postgres-types) v'
 
 lean() {
     local manifest=$1 heavy
@@ -120,7 +120,7 @@ functions() {
     fi
     run "tests/outside (a user's fn)" "idemq: lambda" \
         cargo build --quiet --locked --manifest-path tests/outside/Cargo.toml --target-dir target
-    run "tests/outside (a user's fn)" "no CLI/regex/SNS crate" lean tests/outside/Cargo.toml
+    run "tests/outside (a user's fn)" "no CLI/regex/SNS/PostgreSQL crate" lean tests/outside/Cargo.toml
 
     # The SAM template's function: `make deploy` copies the root lock into
     # it before `sam build`; so does this, and removes it after.
@@ -131,7 +131,7 @@ functions() {
     cargo metadata --quiet --format-version 1 --manifest-path "$sam/Cargo.toml" >/dev/null
     run "infra/sam/function (ledger)" "idemq: lambda" \
         cargo build --quiet --locked --manifest-path "$sam/Cargo.toml" --target-dir target
-    run "infra/sam/function (ledger)" "no CLI/regex/SNS crate" lean "$sam/Cargo.toml"
+    run "infra/sam/function (ledger)" "no CLI/regex/SNS/PostgreSQL crate" lean "$sam/Cargo.toml"
     rm -f "$sam/Cargo.lock"
     trap - EXIT
 }
