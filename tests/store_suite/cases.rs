@@ -239,6 +239,16 @@ pub async fn failure_records<T: Subject>(t: T) {
     assert_eq!(many.len(), 2, "{many:?}");
     assert_eq!(many.get(&wanted[0]), Some(&latest));
     assert_eq!(many.get(&wanted[1]), Some(&anonymous));
+
+    // Two dead letters of one job (the producer sent it twice): each gets
+    // the job's record.
+    let copies = vec![
+        (Some("f1".to_owned()), "m1".to_owned()),
+        (Some("f1".to_owned()), "m1b".to_owned()),
+    ];
+    let both = records.read_failures(&sources, &copies).await.unwrap();
+    assert_eq!(both.len(), 2, "each copy of the job: {both:?}");
+    assert!(copies.iter().all(|c| both.get(c) == Some(&latest)));
 }
 
 /// Two consumers of one event (each its own queue, so its own namespace)

@@ -125,9 +125,11 @@ impl Records {
         wanted: &[LetterKey],
     ) -> Result<HashMap<LetterKey, FailureRecord>, DlqError> {
         let namespaces = self.namespaces(sources);
-        let mut by_key: HashMap<String, &LetterKey> = HashMap::new();
+        // Several letters may share a key: the copies of one job (a
+        // producer that re-sent it) each get the job's record.
+        let mut by_key: HashMap<String, Vec<&LetterKey>> = HashMap::new();
         for w in wanted {
-            by_key.insert(key(w.0.as_deref(), &w.1), w);
+            by_key.entry(key(w.0.as_deref(), &w.1)).or_default().push(w);
         }
         if by_key.is_empty() || namespaces.is_empty() {
             return Ok(HashMap::new());
@@ -143,7 +145,6 @@ impl Records {
             .await
             .map_err(store_error)?;
         conn.release();
-        let mut found = HashMap::new();
         // The namespaces in the order given: the first one that holds a
         // record of a letter wins.
         let rank = |ns: &str| {
@@ -162,9 +163,10 @@ impl Records {
                 best.insert(k, (r, record));
             }
         }
+        let mut found = HashMap::new();
         for (k, (_, record)) in best {
-            if let Some(letter) = by_key.get(&k) {
-                found.insert((*letter).clone(), record);
+            for letter in by_key.get(&k).into_iter().flatten() {
+                found.insert((*letter).clone(), record.clone());
             }
         }
         Ok(found)
