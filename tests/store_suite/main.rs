@@ -25,37 +25,39 @@ mod worker;
 
 /// The suite's cases for one store.
 macro_rules! suite {
-    ($store:ident, $subject:ty) => {
+    ($store:ident, $subject:expr) => {
         mod $store {
             use super::cases;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn every_outcome() {
-                cases::every_outcome(<$subject>::new().await).await;
+                cases::every_outcome($subject.await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn races() {
-                cases::races(<$subject>::new().await).await;
+                cases::races($subject.await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn follow_ups() {
-                cases::follow_ups(<$subject>::new().await).await;
+                cases::follow_ups($subject.await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn failure_records() {
-                cases::failure_records(<$subject>::new().await).await;
+                cases::failure_records($subject.await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn namespaces() {
-                cases::namespaces(<$subject>::new().await).await;
+                cases::namespaces($subject.await).await;
             }
         }
     };
 }
 
-suite!(dynamodb, crate::subject::Dynamo);
-suite!(postgresql, crate::subject::Pg);
+suite!(dynamodb, crate::subject::Dynamo::new());
+suite!(postgresql, crate::subject::Pg::new());
+// The same store with each statement prepared once per connection.
+suite!(postgresql_prepared, crate::subject::Pg::prepared());

@@ -150,6 +150,7 @@ pub struct Pg {
     client: Arc<tokio_postgres::Client>,
     schema: String,
     url: String,
+    prepare: bool,
 }
 
 pub fn postgres_url() -> String {
@@ -161,9 +162,18 @@ pub fn postgres_url() -> String {
 
 impl Pg {
     pub async fn new() -> Self {
+        Self::with(false).await
+    }
+
+    /// A subject whose store prepares each statement once per connection.
+    pub async fn prepared() -> Self {
+        Self::with(true).await
+    }
+
+    async fn with(prepare: bool) -> Self {
         let url = postgres_url();
         let schema = unique("suite").replace('-', "_");
-        let store = Self::store_for(&url, &schema, None);
+        let store = Self::store_for(&url, &schema, None, prepare);
         let created = store.schema().provision(&mut Vec::new()).await.unwrap();
         assert!(created.created, "{created:?}");
         let again = store.schema().provision(&mut Vec::new()).await.unwrap();
@@ -186,15 +196,17 @@ impl Pg {
             client: Arc::new(client),
             schema,
             url,
+            prepare,
         }
     }
 
-    fn store_for(url: &str, schema: &str, namespace: Option<&str>) -> Postgres {
+    fn store_for(url: &str, schema: &str, namespace: Option<&str>, prepare: bool) -> Postgres {
         let mut config = PostgresConfig::new(url)
             .with_schema(schema)
             .unwrap()
             .with_marker_ttl(TTL)
             .with_pool_size(8)
+            .with_prepared_statements(prepare)
             // Expired rows are deleted when a test says so.
             .with_sweep_every(None);
         if let Some(ns) = namespace {
@@ -218,10 +230,11 @@ impl Subject for Pg {
 
     async fn with_namespace(&self, namespace: &str) -> Self {
         Self {
-            store: Self::store_for(&self.url, &self.schema, Some(namespace)),
+            store: Self::store_for(&self.url, &self.schema, Some(namespace), self.prepare),
             client: Arc::clone(&self.client),
             schema: self.schema.clone(),
             url: self.url.clone(),
+            prepare: self.prepare,
         }
     }
 

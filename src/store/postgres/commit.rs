@@ -38,9 +38,9 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::SystemTime;
 
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Row};
 
 use super::effect::{Effect, EffectError};
 use super::pool::{Conn, OpenError};
@@ -90,7 +90,8 @@ impl Inner {
                 Ok(c) => c,
                 Err(settled) => return settled.map(Settled::new),
             };
-            let (step, clean) = self.transact(conn.client(), job, effect, now).await?;
+            let mut conn = conn;
+            let (step, clean) = self.transact(&mut conn, job, effect, now).await?;
             let settled = match step {
                 Step::Committed => Settled::new(CommitOutcome::Committed),
                 Step::Outcome(o) => Settled::new(o),
@@ -122,7 +123,7 @@ impl Inner {
         clean: bool,
         job: JobRef<'_>,
     ) -> Result<Settled, CommitError> {
-        let conn = if clean {
+        let mut conn = if clean {
             conn
         } else {
             drop(conn);
@@ -131,7 +132,7 @@ impl Inner {
                 Err(settled) => return settled.map(Settled::new),
             }
         };
-        match self.read_row(conn.client(), job.queue, job.id).await {
+        match self.read_row(&mut conn, job.queue, job.id).await {
             Ok(row) => {
                 conn.release();
                 Ok(match row {
@@ -176,7 +177,7 @@ impl Inner {
     /// left outside any transaction (reusable).
     async fn transact(
         &self,
-        client: &Client,
+        conn: &mut Conn<'_>,
         job: JobRef<'_>,
         effect: &Effect,
         now: SystemTime,
@@ -197,16 +198,52 @@ impl Inner {
         ];
         let params: Vec<_> = effect.statements().iter().map(|s| s.params_ref()).collect();
         let commit_now = !effect.checks_rows();
+        // With prepared statements: each one named on this connection,
+        // prepared on its first use (before the transaction opens).
+        let prepared = if self.prepare {
+            let mut wanted = vec![(
+                self.sql.insert_marker.as_str(),
+                marker.iter().map(|(_, t)| t.clone()).collect(),
+            )];
+            wanted.extend(
+                effect
+                    .statements()
+                    .iter()
+                    .map(|s| (s.text(), s.param_types().cloned().collect())),
+            );
+            match conn.prepared(&wanted).await {
+                Ok(statements) => Some(statements),
+                Err((i, e)) => {
+                    let step = classify(&e, i.checked_sub(1))?;
+                    return Ok((step, !conn.client().is_closed()));
+                }
+            }
+        } else {
+            None
+        };
+        let client = conn.client();
+        let marker_values = values(&marker);
+        let param_values: Vec<_> = params.iter().map(|p| values(p)).collect();
 
         let mut requests: Vec<Pending<'_>> = Vec::with_capacity(params.len() + 3);
         requests.push(Box::pin(async {
             client.batch_execute("BEGIN").await.map(|()| 0)
         }));
-        requests.push(Box::pin(
-            client.execute_typed(&self.sql.insert_marker, &marker),
-        ));
-        for (s, p) in effect.statements().iter().zip(&params) {
-            requests.push(Box::pin(client.execute_typed(s.text(), p)));
+        match &prepared {
+            Some(statements) => {
+                requests.push(Box::pin(client.execute(&statements[0], &marker_values)));
+                for (statement, p) in statements[1..].iter().zip(&param_values) {
+                    requests.push(Box::pin(client.execute(statement, p)));
+                }
+            }
+            None => {
+                requests.push(Box::pin(
+                    client.execute_typed(&self.sql.insert_marker, &marker),
+                ));
+                for (s, p) in effect.statements().iter().zip(&params) {
+                    requests.push(Box::pin(client.execute_typed(s.text(), p)));
+                }
+            }
         }
         if commit_now {
             requests.push(Box::pin(async {
@@ -317,19 +354,28 @@ impl Inner {
     /// The job's marker row as committed from `queue`, if any.
     async fn read_row(
         &self,
-        client: &Client,
+        conn: &mut Conn<'_>,
         queue: &str,
         job_id: &JobId,
     ) -> Result<Option<Row>, tokio_postgres::Error> {
         let namespace = self.namespace_for(queue);
         let id = job_id.as_str();
-        client
-            .query_typed(
-                &self.sql.select_marker,
-                &[(&namespace, Type::TEXT), (&id, Type::TEXT)],
-            )
-            .await
-            .map(|rows| rows.into_iter().next())
+        let rows = if self.prepare {
+            let wanted = [(
+                self.sql.select_marker.as_str(),
+                vec![Type::TEXT, Type::TEXT],
+            )];
+            let statement = conn.prepared(&wanted).await.map_err(|(_, e)| e)?;
+            conn.client().query(&statement[0], &[&namespace, &id]).await
+        } else {
+            conn.client()
+                .query_typed(
+                    &self.sql.select_marker,
+                    &[(&namespace, Type::TEXT), (&id, Type::TEXT)],
+                )
+                .await
+        };
+        rows.map(|rows| rows.into_iter().next())
     }
 
     /// The marker read before the handler runs.
@@ -374,8 +420,8 @@ impl Inner {
     ) -> Result<Option<Row>, Result<CommitOutcome, CommitError>> {
         let mut last = String::new();
         for retry in [false, true] {
-            let conn = self.connection(retry).await?;
-            match self.read_row(conn.client(), queue, job_id).await {
+            let mut conn = self.connection(retry).await?;
+            match self.read_row(&mut conn, queue, job_id).await {
                 Ok(row) => {
                     conn.release();
                     return Ok(row);
@@ -389,6 +435,12 @@ impl Inner {
         }
         Err(Ok(CommitOutcome::Transient { reason: last }))
     }
+}
+
+/// The values of typed parameters, for a prepared statement (which knows
+/// their types).
+fn values<'a>(params: &[(&'a (dyn ToSql + Sync), Type)]) -> Vec<&'a (dyn ToSql + Sync)> {
+    params.iter().map(|(v, _)| *v).collect()
 }
 
 /// Drives `requests` to their answers, polling them first to last: each

@@ -60,6 +60,7 @@
 //! | `IDEMQ_POSTGRES_IAM_AUTH` | `true`: log in with an IAM token made for each connection, in the SDK's region |
 //! | `IDEMQ_POSTGRES_CA_FILE` | a PEM bundle of CAs to trust besides the system's (RDS's global bundle) |
 //! | `IDEMQ_POSTGRES_POOL` | connections per execution environment (default: `IDEMQ_CONCURRENCY`) |
+//! | `IDEMQ_POSTGRES_PREPARE` | `true`: prepare each statement once per connection ([`PostgresConfig::with_prepared_statements`]) |
 
 use std::fmt;
 use std::sync::Arc;
@@ -115,6 +116,9 @@ pub(crate) struct Inner {
     namespace: Option<String>,
     marker_ttl: Duration,
     look_up: bool,
+    /// Whether statements are prepared once per connection (named) instead
+    /// of sent unnamed with every job.
+    prepare: bool,
     /// How often this environment deletes expired rows (`None`: never).
     sweep_every: Option<Duration>,
     /// When this environment last deleted expired rows (seconds since the
@@ -166,6 +170,7 @@ pub struct PostgresConfig {
     iam: Option<pool::IamAuth>,
     ca_file: Option<String>,
     sweep_every: Option<Duration>,
+    prepare: bool,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -179,6 +184,7 @@ impl fmt::Debug for PostgresConfig {
             .field("pool_size", &self.pool_size)
             .field("iam", &self.iam.as_ref().map(|i| &i.region))
             .field("ca_file", &self.ca_file)
+            .field("prepare", &self.prepare)
             .finish_non_exhaustive()
     }
 }
@@ -198,6 +204,7 @@ impl PostgresConfig {
             iam: None,
             ca_file: None,
             sweep_every: Some(Duration::from_secs(3600)),
+            prepare: false,
         }
     }
 
@@ -269,6 +276,19 @@ impl PostgresConfig {
             }
         }
         config.ca_file = get("IDEMQ_POSTGRES_CA_FILE").filter(|s| !s.is_empty());
+        if let Some(v) = get("IDEMQ_POSTGRES_PREPARE") {
+            config.prepare = match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" | "" => false,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: "IDEMQ_POSTGRES_PREPARE",
+                        value: v,
+                        why: "must be true or false".into(),
+                    });
+                }
+            };
+        }
         Ok(config)
     }
 
@@ -334,6 +354,22 @@ impl PostgresConfig {
         self
     }
 
+    /// Whether each statement (idemq's and the effects') is prepared once
+    /// per connection, named, and then only bound and executed
+    /// (`IDEMQ_POSTGRES_PREPARE`; default `false`: each is sent unnamed,
+    /// parsed and planned by the server with every job). Preparing saves
+    /// the server that work on every job (BENCHMARKS.md, "PostgreSQL") and
+    /// costs one round trip the first time a connection meets a
+    /// statement. Turn it on for a server reached directly; leave it off
+    /// behind a pooler that hands a session's statements to other clients
+    /// (PgBouncer in transaction mode before 1.21) or where named
+    /// statements may pin sessions (RDS Proxy:
+    /// <https://docs.aws.amazon.com/AmazonRDS/latest/UserGuide/rds-proxy-pinning.html>).
+    pub fn with_prepared_statements(mut self, prepare: bool) -> Self {
+        self.prepare = prepare;
+        self
+    }
+
     /// Trusts the CAs of the PEM file at `path` besides the system's.
     pub fn with_ca_file(mut self, path: impl Into<String>) -> Self {
         self.ca_file = Some(path.into());
@@ -380,6 +416,7 @@ impl Postgres {
                 marker_ttl: config.marker_ttl,
                 look_up: config.look_up,
                 sweep_every: config.sweep_every,
+                prepare: config.prepare,
                 last_sweep: Default::default(),
             }),
         })

@@ -7,12 +7,14 @@
 //! mid-transaction (a job cut off by its deadline) is closed instead, and
 //! the server rolls its transaction back.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::config::{Host, SslMode};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::tls::Tls;
 
@@ -120,10 +122,21 @@ pub(crate) enum OpenError {
     Tls(String),
 }
 
+/// Statements a connection keeps prepared, at most (then it forgets them
+/// all and starts again: a handler that builds its SQL text per job would
+/// otherwise fill the server's memory).
+const MAX_PREPARED: usize = 256;
+
+/// A connection and the statements prepared on it.
+pub(crate) struct Pooled {
+    client: Client,
+    prepared: HashMap<String, Statement>,
+}
+
 /// The environment's connections.
 pub(crate) struct Pool {
     connector: Connector,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<Pooled>>,
     permits: Semaphore,
 }
 
@@ -148,16 +161,19 @@ impl Pool {
         let idle = loop {
             let next = self.idle.lock().expect("pool lock").pop();
             match next {
-                Some(c) if c.is_closed() => continue,
+                Some(c) if c.client.is_closed() => continue,
                 other => break other,
             }
         };
-        let client = match idle {
+        let pooled = match idle {
             Some(c) => c,
-            None => self.connector.open().await?,
+            None => Pooled {
+                client: self.connector.open().await?,
+                prepared: HashMap::new(),
+            },
         };
         Ok(Conn {
-            client: Some(client),
+            pooled: Some(pooled),
             pool: self,
             reusable: false,
             _permit: permit,
@@ -174,7 +190,7 @@ impl Pool {
 
 /// A connection held by one job.
 pub(crate) struct Conn<'a> {
-    client: Option<Client>,
+    pooled: Option<Pooled>,
     pool: &'a Pool,
     reusable: bool,
     _permit: SemaphorePermit<'a>,
@@ -182,7 +198,40 @@ pub(crate) struct Conn<'a> {
 
 impl Conn<'_> {
     pub(crate) fn client(&self) -> &Client {
-        self.client.as_ref().expect("held until dropped")
+        &self.pooled.as_ref().expect("held until dropped").client
+    }
+
+    /// Each of `wanted` (SQL text, parameter types) as a statement prepared
+    /// on this connection, with its types, preparing those it lacks all at
+    /// once (one round trip when any is missing, none otherwise). A
+    /// failure names the index in `wanted` that caused it.
+    pub(crate) async fn prepared(
+        &mut self,
+        wanted: &[(&str, Vec<Type>)],
+    ) -> Result<Vec<Statement>, (usize, tokio_postgres::Error)> {
+        let pooled = self.pooled.as_mut().expect("held until dropped");
+        let mut missing: Vec<usize> = (0..wanted.len())
+            .filter(|&i| !pooled.prepared.contains_key(wanted[i].0))
+            .collect();
+        if pooled.prepared.len() + missing.len() > MAX_PREPARED {
+            pooled.prepared.clear();
+            missing = (0..wanted.len()).collect();
+        }
+        let client = &pooled.client;
+        let made = futures_util::future::join_all(
+            missing
+                .iter()
+                .map(|&i| client.prepare_typed(wanted[i].0, &wanted[i].1)),
+        )
+        .await;
+        for (i, made) in missing.into_iter().zip(made) {
+            let statement = made.map_err(|e| (i, e))?;
+            pooled.prepared.insert(wanted[i].0.to_owned(), statement);
+        }
+        Ok(wanted
+            .iter()
+            .map(|(text, _)| pooled.prepared[*text].clone())
+            .collect())
     }
 
     /// The job is done with it, outside any transaction: it goes back to
@@ -194,11 +243,11 @@ impl Conn<'_> {
 
 impl Drop for Conn<'_> {
     fn drop(&mut self) {
-        if let Some(client) = self.client.take()
+        if let Some(pooled) = self.pooled.take()
             && self.reusable
-            && !client.is_closed()
+            && !pooled.client.is_closed()
         {
-            self.pool.idle.lock().expect("pool lock").push(client);
+            self.pool.idle.lock().expect("pool lock").push(pooled);
         }
     }
 }
