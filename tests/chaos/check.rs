@@ -52,10 +52,16 @@ pub async fn check(
             break;
         }
     }
-    let letters = drain(&sqs, &res.dlq_url).await;
-    // A dead-lettered job is printed with its context (idemq's attributes
-    // or, after SQS's own redrive, just its receive count), so a failing
-    // run says why it happened.
+    let dead = dead_letters(&sqs, &res.dlq_url).await;
+    tally(&counts, &dead, sent)
+}
+
+/// Drains the DLQ and returns the job ids in it. A dead-lettered job is
+/// printed with its context (idemq's attributes or, after SQS's own
+/// redrive, just its receive count), so a failing run says why it
+/// happened.
+pub async fn dead_letters(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> HashSet<String> {
+    let letters = drain(sqs, dlq_url).await;
     for m in &letters {
         let context: Vec<String> = m
             .message_attributes()
@@ -71,10 +77,19 @@ pub async fn check(
                     .get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount))
         );
     }
-    let dead: HashSet<String> = letters
+    letters
         .iter()
         .map(|m| attribute(m, "idemq-job-id").to_owned())
-        .collect();
+        .collect()
+}
+
+/// The report for these effect counts per job id and these dead-lettered
+/// ids, against the ids sent.
+pub fn tally(
+    counts: &HashMap<String, i64>,
+    dead: &HashSet<String>,
+    sent: &HashSet<String>,
+) -> Report {
     let mut r = Report {
         dead_lettered: dead.len(),
         ..Report::default()
