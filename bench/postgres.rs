@@ -156,6 +156,9 @@ impl Sqls {
 enum Variant {
     IdemqLookUp,
     IdemqCommit,
+    /// Commit only, each statement prepared once per connection
+    /// (`PostgresConfig::with_prepared_statements`).
+    IdemqPrepared,
     Plain(Mode),
 }
 
@@ -176,9 +179,10 @@ enum Mode {
     Marker,
 }
 
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 7] = [
     Variant::IdemqLookUp,
     Variant::IdemqCommit,
+    Variant::IdemqPrepared,
     Variant::Plain(Mode::Natural),
     Variant::Plain(Mode::Pipelined),
     Variant::Plain(Mode::Unnamed),
@@ -186,14 +190,15 @@ const VARIANTS: [Variant; 6] = [
 ];
 
 /// Where the plain baselines are in [`VARIANTS`].
-const NATURAL: usize = 2;
-const PIPELINED: usize = 3;
+const NATURAL: usize = 3;
+const PIPELINED: usize = 4;
 
 impl Variant {
     fn label(self) -> &'static str {
         match self {
             Self::IdemqLookUp => "idemq look-up+commit",
             Self::IdemqCommit => "idemq commit only",
+            Self::IdemqPrepared => "idemq commit prepared",
             Self::Plain(Mode::Natural) => "plain BEGIN..COMMIT",
             Self::Plain(Mode::Pipelined) => "plain pipelined",
             Self::Plain(Mode::Unnamed) => "plain pipel. unnamed",
@@ -490,11 +495,17 @@ async fn tables(admin: &Client, schema: &str) -> Result<(), Error> {
     Ok(())
 }
 
-fn idemq_store(target: &Target, schema: &str, look_up: bool) -> Result<Postgres, Error> {
+fn idemq_store(
+    target: &Target,
+    schema: &str,
+    look_up: bool,
+    prepare: bool,
+) -> Result<Postgres, Error> {
     Ok(Postgres::new(
         PostgresConfig::new(target.conninfo())
             .with_schema(schema)?
             .with_look_up(look_up)
+            .with_prepared_statements(prepare)
             .with_pool_size(CONCURRENCY)
             // The hourly deletion of expired markers would add one DELETE
             // on the first commit; nothing here is expired.
@@ -512,16 +523,17 @@ async fn workers(
     tables(admin, schema).await?;
     let sql = Sqls::new(schema);
     match variant {
-        Variant::IdemqLookUp | Variant::IdemqCommit => {
+        Variant::IdemqLookUp | Variant::IdemqCommit | Variant::IdemqPrepared => {
             let look_up = variant == Variant::IdemqLookUp;
+            let prepare = variant == Variant::IdemqPrepared;
             // Provisioned on the admin's direct connection: `idemq init`
             // is not part of any measurement.
             let direct = Target::from_url(&std::env::var("IDEMQ_POSTGRES_URL")?)?;
-            idemq_store(&direct, schema, look_up)?
+            idemq_store(&direct, schema, look_up, prepare)?
                 .schema()
                 .provision(&mut Vec::new())
                 .await?;
-            let store = idemq_store(target, schema, look_up)?;
+            let store = idemq_store(target, schema, look_up, prepare)?;
             Ok((0..CONCURRENCY)
                 .map(|_| Worker::Idemq {
                     store: store.clone(),
@@ -533,7 +545,7 @@ async fn workers(
         Variant::Plain(mode) => {
             if mode == Mode::Marker {
                 let direct = Target::from_url(&std::env::var("IDEMQ_POSTGRES_URL")?)?;
-                idemq_store(&direct, schema, false)?
+                idemq_store(&direct, schema, false, false)?
                     .schema()
                     .provision(&mut Vec::new())
                     .await?;
@@ -888,7 +900,7 @@ async fn sizes(admin: &Client, schema: &str) -> Result<Sizes, Error> {
 /// written by one statement into a fresh idemq schema.
 async fn fill(admin: &Client, schema: &str, n: i64) -> Result<(), Error> {
     let direct = Target::from_url(&std::env::var("IDEMQ_POSTGRES_URL")?)?;
-    idemq_store(&direct, schema, false)?
+    idemq_store(&direct, schema, false, false)?
         .schema()
         .provision(&mut Vec::new())
         .await?;
@@ -1091,7 +1103,7 @@ async fn main() -> Result<(), Error> {
     });
     println!();
     println!("ratios idemq / plain (jobs/s; round trips per job):");
-    for i in [0, 1] {
+    for i in [0, 1, 2] {
         for p in [NATURAL, PIPELINED] {
             let rt = |k: usize| counted[k].1[0] as f64 / counted[k].0.jobs as f64;
             println!(

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::cases::commit;
-use crate::subject::{Pg, Subject, TTL, postgres_url};
+use crate::subject::{Pg, Subject, TTL, commit_on, conninfo_via, postgres_url, upstream};
 
 /// An effect that raises `sqlstate` from the server.
 fn raising(sqlstate: &str) -> Effect {
@@ -23,14 +23,7 @@ fn raising(sqlstate: &str) -> Effect {
 }
 
 async fn try_commit(t: &Pg, id: &str, effect: &Effect) -> Result<CommitOutcome, CommitError> {
-    let job = JobId::new(id).unwrap();
-    let hash = PayloadHash::of(b"{}");
-    let job = JobRef {
-        id: &job,
-        payload_hash: &hash,
-        queue: "orders",
-    };
-    t.store().commit(job, effect).await.map(|s| s.outcome)
+    commit_on(t.store(), id, effect).await
 }
 
 #[tokio::test]
@@ -179,23 +172,10 @@ async fn cutting_proxy(upstream: String, armed: Arc<AtomicBool>) -> u16 {
 #[tokio::test]
 async fn a_connection_cut_after_commit_is_settled_by_the_marker() {
     let t = Pg::new().await;
-    let url = postgres_url();
-    let parsed: tokio_postgres::Config = url.parse().unwrap();
-    let host = match &parsed.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        other => panic!("{other:?}"),
-    };
-    let port = parsed.get_ports()[0];
     let armed = Arc::new(AtomicBool::new(false));
-    let proxy = cutting_proxy(format!("{host}:{port}"), Arc::clone(&armed)).await;
-    let password = String::from_utf8(parsed.get_password().unwrap().to_vec()).unwrap();
-    let via_proxy = format!(
-        "host=127.0.0.1 port={proxy} user={} password={password} dbname={} sslmode=disable",
-        parsed.get_user().unwrap(),
-        parsed.get_dbname().unwrap()
-    );
+    let proxy = cutting_proxy(upstream(), Arc::clone(&armed)).await;
     let store = Postgres::new(
-        PostgresConfig::new(via_proxy)
+        PostgresConfig::new(conninfo_via("127.0.0.1", proxy, "disable"))
             .with_schema(t.schema())
             .unwrap()
             .with_marker_ttl(TTL),
@@ -223,14 +203,7 @@ async fn a_connection_cut_after_commit_is_settled_by_the_marker() {
 }
 
 async fn cut_commit(store: &Postgres, id: &str, t: &Pg) -> CommitOutcome {
-    let job = JobId::new(id).unwrap();
-    let hash = PayloadHash::of(b"{}");
-    let job = JobRef {
-        id: &job,
-        payload_hash: &hash,
-        queue: "orders",
-    };
-    store.commit(job, &t.add_one(id)).await.unwrap().outcome
+    commit_on(store, id, &t.add_one(id)).await.unwrap()
 }
 
 /// One connection is enough: a duplicate reads its marker on the
@@ -382,23 +355,12 @@ fn frontend_messages(stream: &[u8]) -> Vec<(u8, &[u8])> {
 #[tokio::test]
 async fn nothing_the_store_sends_pins_a_session() {
     let t = Pg::new().await;
-    let url = postgres_url();
-    let parsed: tokio_postgres::Config = url.parse().unwrap();
-    let host = match &parsed.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        other => panic!("{other:?}"),
-    };
-    let (proxy, streams) = recording_proxy(format!("{host}:{}", parsed.get_ports()[0])).await;
-    let password = String::from_utf8(parsed.get_password().unwrap().to_vec()).unwrap();
+    let (proxy, streams) = recording_proxy(upstream()).await;
     let store = Postgres::new(
-        PostgresConfig::new(format!(
-            "host=127.0.0.1 port={proxy} user={} password={password} dbname={} sslmode=disable",
-            parsed.get_user().unwrap(),
-            parsed.get_dbname().unwrap()
-        ))
-        .with_schema(t.schema())
-        .unwrap()
-        .with_marker_ttl(TTL),
+        PostgresConfig::new(conninfo_via("127.0.0.1", proxy, "disable"))
+            .with_schema(t.schema())
+            .unwrap()
+            .with_marker_ttl(TTL),
     )
     .unwrap();
     // Every kind of request: a new job with its look-up, a duplicate, a
@@ -494,12 +456,5 @@ async fn nothing_the_store_sends_pins_a_session() {
 }
 
 async fn cut_commit_effect(store: &Postgres, id: &str, effect: &Effect) -> CommitOutcome {
-    let job = JobId::new(id).unwrap();
-    let hash = PayloadHash::of(b"{}");
-    let job = JobRef {
-        id: &job,
-        payload_hash: &hash,
-        queue: "orders",
-    };
-    store.commit(job, effect).await.unwrap().outcome
+    commit_on(store, id, effect).await.unwrap()
 }

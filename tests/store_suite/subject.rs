@@ -153,6 +153,43 @@ pub struct Pg {
     prepare: bool,
 }
 
+/// The stack's server as `host:port`, for a proxy in front of it.
+pub fn upstream() -> String {
+    let parsed: tokio_postgres::Config = postgres_url().parse().unwrap();
+    match &parsed.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => format!("{h}:{}", parsed.get_ports()[0]),
+        other => panic!("not a TCP host: {other:?}"),
+    }
+}
+
+/// A connection string to the stack's database at `127.0.0.1:port` (a
+/// proxy), naming the server `host` (what TLS checks), with `sslmode`.
+pub fn conninfo_via(host: &str, port: u16, sslmode: &str) -> String {
+    let parsed: tokio_postgres::Config = postgres_url().parse().unwrap();
+    let password = String::from_utf8(parsed.get_password().unwrap().to_vec()).unwrap();
+    format!(
+        "host={host} hostaddr=127.0.0.1 port={port} user={} password={password} dbname={} sslmode={sslmode}",
+        parsed.get_user().unwrap(),
+        parsed.get_dbname().unwrap()
+    )
+}
+
+/// Commits `effect` on `store` for job `id` (payload `{}`, queue `orders`).
+pub async fn commit_on<S: Store>(
+    store: &S,
+    id: &str,
+    effect: &S::Effect,
+) -> Result<idemq::CommitOutcome, idemq::CommitError> {
+    let job = idemq::JobId::new(id).unwrap();
+    let hash = idemq::PayloadHash::of(b"{}");
+    let job = idemq::JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue: "orders",
+    };
+    store.commit(job, effect).await.map(|s| s.outcome)
+}
+
 pub fn postgres_url() -> String {
     std::env::var("IDEMQ_POSTGRES_URL").expect(
         "IDEMQ_POSTGRES_URL is not set: run these tests with `make test`, or `make stack-up` \

@@ -10,15 +10,14 @@ use std::process::Command;
 use std::sync::Arc;
 
 use idemq::postgres::{Postgres, PostgresConfig};
-use idemq::store::Store;
-use idemq::{CommitError, CommitOutcome, JobId, JobRef, PayloadHash};
+use idemq::{CommitError, CommitOutcome};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::common::unique;
-use crate::subject::{Pg, Subject, TTL, postgres_url};
+use crate::subject::{Pg, Subject, TTL, commit_on, conninfo_via, upstream};
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -165,29 +164,15 @@ async fn commit_through(
     ca: &Path,
     id: &str,
 ) -> Result<CommitOutcome, CommitError> {
-    let parsed: tokio_postgres::Config = postgres_url().parse().unwrap();
-    let password = String::from_utf8(parsed.get_password().unwrap().to_vec()).unwrap();
-    let url = format!(
-        "host={host} hostaddr=127.0.0.1 port={port} user={} password={password} dbname={} sslmode=require",
-        parsed.get_user().unwrap(),
-        parsed.get_dbname().unwrap()
-    );
     let store = Postgres::new(
-        PostgresConfig::new(url)
+        PostgresConfig::new(conninfo_via(host, port, "require"))
             .with_schema(t.schema())
             .unwrap()
             .with_marker_ttl(TTL)
             .with_ca_file(ca.to_str().unwrap()),
     )
     .unwrap();
-    let job = JobId::new(id).unwrap();
-    let hash = PayloadHash::of(b"{}");
-    let job = JobRef {
-        id: &job,
-        payload_hash: &hash,
-        queue: "orders",
-    };
-    store.commit(job, &t.add_one(id)).await.map(|s| s.outcome)
+    commit_on(&store, id, &t.add_one(id)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,10 +180,8 @@ async fn tls_verifies_the_server_certificate_and_its_name() {
     let t = Pg::new().await;
     let dir = certificates("server");
     let other = certificates("other");
-    let parsed: tokio_postgres::Config = postgres_url().parse().unwrap();
-    let upstream = format!("127.0.0.1:{}", parsed.get_ports()[0]);
     let port =
-        tls_terminating_proxy(upstream, &dir.join("server.pem"), &dir.join("server.key")).await;
+        tls_terminating_proxy(upstream(), &dir.join("server.pem"), &dir.join("server.key")).await;
 
     let trusted = commit_through(&t, port, "localhost", &dir.join("server-ca.pem"), "tls-ok").await;
     assert_eq!(trusted.unwrap(), CommitOutcome::Committed);
