@@ -216,6 +216,25 @@ async fn run_worker<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
     Err("AWS_LAMBDA_RUNTIME_API is not set (not on Lambda), and this binary was built without idemq's `worker` feature (the local worker)".into())
 }
 
+/// The time of a log line: none on Lambda, where CloudWatch Logs stamps
+/// each event; the system time elsewhere.
+#[cfg(any(feature = "lambda", feature = "worker"))]
+#[derive(Clone, Copy)]
+struct LogClock {
+    stamp: bool,
+}
+
+#[cfg(any(feature = "lambda", feature = "worker"))]
+impl tracing_subscriber::fmt::time::FormatTime for LogClock {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        if self.stamp {
+            tracing_subscriber::fmt::time::SystemTime.format_time(w)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// idemq's subscriber and panic hook, only when the program set no
 /// subscriber of its own (see [`run`]).
 #[cfg(any(feature = "lambda", feature = "worker"))]
@@ -246,21 +265,36 @@ pub(crate) fn init_logging(on_lambda: bool) {
         format
     });
     let registry = tracing_subscriber::registry().with(filter);
+    // On Lambda: stdout, no time (CloudWatch Logs stamps each event); JSON
+    // unless the function's log format is Text, so CloudWatch Logs
+    // Insights can query job ids. Locally: stderr, with the time. The
+    // writer and the clock are chosen at run time, so there is one
+    // subscriber type per format, not one per host and format (each is a
+    // whole formatting stack in the binary).
+    let writer = if on_lambda {
+        fmt::writer::BoxMakeWriter::new(std::io::stdout)
+    } else {
+        fmt::writer::BoxMakeWriter::new(std::io::stderr)
+    };
+    let clock = LogClock { stamp: !on_lambda };
     // An error can also mean that the `log` crate's logger was taken: the
-    // subscriber is idemq's all the same. On Lambda: stdout, no time
-    // (CloudWatch Logs stamps each event); JSON unless the function's log
-    // format is Text, so CloudWatch Logs Insights can query job ids.
-    let _ = match (on_lambda, format) {
-        (true, LogFormat::Json) => registry.with(fmt::layer().json().without_time()).try_init(),
-        (true, LogFormat::Text) => registry
-            .with(fmt::layer().with_ansi(false).without_time())
+    // subscriber is idemq's all the same.
+    let _ = match format {
+        LogFormat::Json => registry
+            .with(fmt::layer().json().with_timer(clock).with_writer(writer))
             .try_init(),
-        (false, LogFormat::Json) => registry
-            .with(fmt::layer().json().with_writer(std::io::stderr))
-            .try_init(),
-        (false, LogFormat::Text) => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
-            .try_init(),
+        LogFormat::Text => {
+            // Colours as the build and NO_COLOR say, but never on Lambda.
+            let text = fmt::layer();
+            let text = if on_lambda {
+                text.with_ansi(false)
+            } else {
+                text
+            };
+            registry
+                .with(text.with_timer(clock).with_writer(writer))
+                .try_init()
+        }
     };
     log_panics();
     for e in invalid {
