@@ -86,11 +86,10 @@ impl Inner {
         let now = crate::clock::now();
         let mut broken = String::new();
         for retry in [false, true] {
-            let conn = match self.connection(retry).await {
+            let mut conn = match self.connection(retry).await {
                 Ok(c) => c,
                 Err(settled) => return settled.map(Settled::new),
             };
-            let mut conn = conn;
             let (step, clean) = self.transact(&mut conn, job, effect, now).await?;
             let settled = match step {
                 Step::Committed => Settled::new(CommitOutcome::Committed),
@@ -166,10 +165,7 @@ impl Inner {
                 needs: "a server certificate for the host named in IDEMQ_POSTGRES_URL that the system's roots or IDEMQ_POSTGRES_CA_FILE trust".into(),
                 message: msg,
             }),
-            OpenError::Postgres(e) => match classify(&e, None) {
-                Ok(step) => Ok(outcome_of(step)),
-                Err(e) => Err(e),
-            },
+            OpenError::Postgres(e) => classify(&e, None).map(outcome_of),
         })
     }
 
@@ -196,7 +192,6 @@ impl Inner {
             (&expires, Type::TIMESTAMPTZ),
             (&follow_ups, Type::TEXT),
         ];
-        let params: Vec<_> = effect.statements().iter().map(|s| s.params_ref()).collect();
         let commit_now = !effect.checks_rows();
         // With prepared statements: each one named on this connection,
         // prepared on its first use (before the transaction opens).
@@ -222,17 +217,25 @@ impl Inner {
             None
         };
         let client = conn.client();
-        let marker_values = values(&marker);
-        let param_values: Vec<_> = params.iter().map(|p| values(p)).collect();
+        // The parameters as the chosen path sends them: values alone to a
+        // prepared statement (it knows their types), values with their
+        // types to an unnamed one.
+        let typed: Vec<_> = effect.statements().iter().map(|s| s.params_ref()).collect();
+        let untyped: Vec<Vec<&(dyn ToSql + Sync)>> = match &prepared {
+            Some(_) => std::iter::once(&marker[..])
+                .chain(typed.iter().map(Vec::as_slice))
+                .map(values)
+                .collect(),
+            None => Vec::new(),
+        };
 
-        let mut requests: Vec<Pending<'_>> = Vec::with_capacity(params.len() + 3);
+        let mut requests: Vec<Pending<'_>> = Vec::with_capacity(typed.len() + 3);
         requests.push(Box::pin(async {
             client.batch_execute("BEGIN").await.map(|()| 0)
         }));
         match &prepared {
             Some(statements) => {
-                requests.push(Box::pin(client.execute(&statements[0], &marker_values)));
-                for (statement, p) in statements[1..].iter().zip(&param_values) {
+                for (statement, p) in statements.iter().zip(&untyped) {
                     requests.push(Box::pin(client.execute(statement, p)));
                 }
             }
@@ -240,7 +243,7 @@ impl Inner {
                 requests.push(Box::pin(
                     client.execute_typed(&self.sql.insert_marker, &marker),
                 ));
-                for (s, p) in effect.statements().iter().zip(&params) {
+                for (s, p) in effect.statements().iter().zip(&typed) {
                     requests.push(Box::pin(client.execute_typed(s.text(), p)));
                 }
             }
@@ -253,7 +256,7 @@ impl Inner {
         let mut answers = in_order(requests).await.into_iter();
         let begun = answers.next().expect("BEGIN was sent");
         let inserted = answers.next().expect("the marker was sent");
-        let counts: Vec<_> = answers.by_ref().take(params.len()).collect();
+        let counts: Vec<_> = answers.by_ref().take(typed.len()).collect();
         let committed = answers.next();
 
         // Whether the transaction is still open: only when COMMIT was
