@@ -195,6 +195,19 @@ pub fn queue_name(queue: &str) -> &str {
     queue.rsplit(['/', ':']).next().unwrap_or(queue)
 }
 
+/// A switch variable's value: `true` or `1`, `false` or `0`.
+pub(crate) fn parse_bool(var: &'static str, value: String) -> Result<bool, ConfigError> {
+    match value.as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(ConfigError::Invalid {
+            var,
+            value,
+            why: "true or false".into(),
+        }),
+    }
+}
+
 /// A namespace is a queue name's alphabet (letters, digits, `-`, `_`, `.`),
 /// 1 to 80 characters, so the queue-name default always fits and no
 /// namespace can contain the `#` that separates the parts of a key.
@@ -323,17 +336,7 @@ impl IdempotencyConfig {
             config.legacy_markers = LegacyMarkers::parse(&v)?;
         }
         if let Some(v) = get("IDEMQ_READ_MARKER_FIRST") {
-            config.read_marker_first = match v.as_str() {
-                "true" | "1" => true,
-                "false" | "0" => false,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: "IDEMQ_READ_MARKER_FIRST",
-                        value: v,
-                        why: "true or false".into(),
-                    });
-                }
-            };
+            config.read_marker_first = parse_bool("IDEMQ_READ_MARKER_FIRST", v)?;
         }
         if let Some(p) = get("IDEMQ_JOB_ID_POINTER").filter(|p| !p.is_empty()) {
             if !p.starts_with('/') {

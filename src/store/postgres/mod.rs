@@ -69,7 +69,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use crate::commit::{CommitError, JobRef, Marker};
-use crate::config::ConfigError;
+use crate::config::{ConfigError, parse_bool};
 use crate::failure::{DlqError, FailureRecord, LetterKey};
 use crate::followup::FollowUp;
 use crate::job::JobId;
@@ -250,44 +250,24 @@ impl PostgresConfig {
                 })?;
             config = config.with_pool_size(n);
         }
-        if let Some(v) = get("IDEMQ_POSTGRES_IAM_AUTH") {
-            match v.to_ascii_lowercase().as_str() {
-                "true" | "1" | "yes" => {
-                    let region = sdk_config
-                        .region()
-                        .map(|r| r.to_string())
-                        .ok_or(ConfigError::Missing("AWS_REGION"))?;
-                    let credentials = sdk_config
-                        .credentials_provider()
-                        .ok_or(ConfigError::Missing("AWS credentials"))?;
-                    config.iam = Some(pool::IamAuth {
-                        region,
-                        credentials,
-                    });
-                }
-                "false" | "0" | "no" | "" => {}
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: "IDEMQ_POSTGRES_IAM_AUTH",
-                        value: v,
-                        why: "must be true or false".into(),
-                    });
-                }
-            }
+        if let Some(v) = get("IDEMQ_POSTGRES_IAM_AUTH")
+            && parse_bool("IDEMQ_POSTGRES_IAM_AUTH", v)?
+        {
+            let region = sdk_config
+                .region()
+                .map(|r| r.to_string())
+                .ok_or(ConfigError::Missing("AWS_REGION"))?;
+            let credentials = sdk_config
+                .credentials_provider()
+                .ok_or(ConfigError::Missing("AWS credentials"))?;
+            config.iam = Some(pool::IamAuth {
+                region,
+                credentials,
+            });
         }
         config.ca_file = get("IDEMQ_POSTGRES_CA_FILE").filter(|s| !s.is_empty());
         if let Some(v) = get("IDEMQ_POSTGRES_PREPARE") {
-            config.prepare = match v.to_ascii_lowercase().as_str() {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" | "" => false,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: "IDEMQ_POSTGRES_PREPARE",
-                        value: v,
-                        why: "must be true or false".into(),
-                    });
-                }
-            };
+            config.prepare = parse_bool("IDEMQ_POSTGRES_PREPARE", v)?;
         }
         Ok(config)
     }
@@ -505,5 +485,49 @@ impl FailureRecords for records::Records {
         wanted: &'a [LetterKey],
     ) -> BoxFuture<'a, Result<std::collections::HashMap<LetterKey, FailureRecord>, DlqError>> {
         Box::pin(self.many(sources, wanted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(vars: &[(&str, &str)]) -> Result<PostgresConfig, ConfigError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let get = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        PostgresConfig::from_lookup(get, &aws_config::SdkConfig::builder().build(), 4)
+    }
+
+    #[test]
+    fn switches_read_true_or_false_and_name_the_variable_otherwise() {
+        let url = ("IDEMQ_POSTGRES_URL", "postgres://u@h/db");
+        assert!(
+            lookup(&[url, ("IDEMQ_POSTGRES_PREPARE", "true")])
+                .unwrap()
+                .prepare
+        );
+        assert!(
+            !lookup(&[url, ("IDEMQ_POSTGRES_PREPARE", "0")])
+                .unwrap()
+                .prepare
+        );
+        let e = lookup(&[url, ("IDEMQ_POSTGRES_PREPARE", "maybe")]).unwrap_err();
+        assert!(e.to_string().contains("IDEMQ_POSTGRES_PREPARE"), "{e}");
+        assert!(
+            lookup(&[url, ("IDEMQ_POSTGRES_IAM_AUTH", "false")])
+                .unwrap()
+                .iam
+                .is_none()
+        );
+        // IAM authentication signs with the SDK's region and credentials.
+        let e = lookup(&[url, ("IDEMQ_POSTGRES_IAM_AUTH", "1")]).unwrap_err();
+        assert!(e.to_string().contains("AWS_REGION"), "{e}");
+        let e = lookup(&[url, ("IDEMQ_POSTGRES_POOL", "0")]).unwrap_err();
+        assert!(e.to_string().contains("IDEMQ_POSTGRES_POOL"), "{e}");
+        assert_eq!(lookup(&[url]).unwrap().pool_size, 4);
+        assert!(lookup(&[]).is_err(), "the URL is required");
     }
 }
