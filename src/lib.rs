@@ -181,25 +181,69 @@ pub struct ReadmeDoctests;
 /// ```
 #[cfg(any(feature = "lambda", feature = "worker"))]
 pub async fn run<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
+    run_host(handler, |handler, sdk, table, batch| {
+        host::Host::from_sdk_config(handler, sdk, table, batch)
+    })
+    .await
+}
+
+/// How a host is built for a store: from the handler, the SDK
+/// configuration, the worker's `--table` (`None` on Lambda) and the batch
+/// settings.
+#[cfg(any(feature = "lambda", feature = "worker"))]
+pub(crate) trait BuildHost<H, S>:
+    FnOnce(
+    H,
+    &aws_config::SdkConfig,
+    Option<String>,
+    config::BatchConfig,
+) -> Result<host::Host<H, S>, host::HostError>
+{
+}
+
+#[cfg(any(feature = "lambda", feature = "worker"))]
+impl<H, S, F> BuildHost<H, S> for F where
+    F: FnOnce(
+        H,
+        &aws_config::SdkConfig,
+        Option<String>,
+        config::BatchConfig,
+    ) -> Result<host::Host<H, S>, host::HostError>
+{
+}
+
+/// What [`run`] does for any store: failpoints in chaos builds, idemq's
+/// logging defaults, then the Lambda runtime or the local worker over the
+/// host `build` makes.
+#[cfg(any(feature = "lambda", feature = "worker"))]
+pub(crate) async fn run_host<H: handler::Handler<S>, S: store::Store>(
+    handler: H,
+    build: impl BuildHost<H, S>,
+) -> Result<(), host::HostError> {
     // Chaos builds only: failpoints from the FAILPOINTS variable.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     init_logging(on_lambda);
     if on_lambda {
-        run_lambda(handler).await
+        run_lambda(handler, build).await
     } else {
-        run_worker(handler).await
+        run_worker(handler, build).await
     }
 }
 
 #[cfg(feature = "lambda")]
-async fn run_lambda<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
-    lambda::run(handler).await
+async fn run_lambda<H: handler::Handler<S>, S: store::Store>(
+    handler: H,
+    build: impl BuildHost<H, S>,
+) -> Result<(), host::HostError> {
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let host = build(handler, &sdk, None, config::BatchConfig::from_env()?)?;
+    lambda_runtime::run(lambda::BatchService::from_host(host)).await
 }
 
 #[cfg(all(feature = "worker", not(feature = "lambda")))]
-async fn run_lambda<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
+async fn run_lambda<H, S>(_: H, _: impl BuildHost<H, S>) -> Result<(), host::HostError> {
     Err(
         "AWS_LAMBDA_RUNTIME_API is set, but this binary was built without idemq's `lambda` feature"
             .into(),
@@ -207,12 +251,23 @@ async fn run_lambda<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
 }
 
 #[cfg(feature = "worker")]
-async fn run_worker<H: handler::Handler>(handler: H) -> Result<(), host::HostError> {
-    worker::run_from_args(handler).await
+async fn run_worker<H: handler::Handler<S>, S: store::Store>(
+    handler: H,
+    build: impl BuildHost<H, S>,
+) -> Result<(), host::HostError> {
+    use clap::Parser;
+    let args = worker::WorkerArgs::parse();
+    let mut batch = config::BatchConfig::from_env()?;
+    if let Some(c) = args.concurrency {
+        batch.concurrency = c.max(1);
+    }
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let host = build(handler, &sdk, args.table.clone(), batch)?;
+    worker::serve(&host, &args).await.map(drop)
 }
 
 #[cfg(all(feature = "lambda", not(feature = "worker")))]
-async fn run_worker<H: handler::Handler>(_: H) -> Result<(), host::HostError> {
+async fn run_worker<H, S>(_: H, _: impl BuildHost<H, S>) -> Result<(), host::HostError> {
     Err("AWS_LAMBDA_RUNTIME_API is not set (not on Lambda), and this binary was built without idemq's `worker` feature (the local worker)".into())
 }
 

@@ -63,11 +63,6 @@ impl WorkerArgs {
     }
 }
 
-/// Parses the process arguments and runs the worker.
-pub(crate) async fn run_from_args<H: Handler>(handler: H) -> Result<(), HostError> {
-    run(handler, WorkerArgs::parse()).await.map(drop)
-}
-
 /// Runs the worker with the batch configuration from `IDEMQ_*`.
 pub async fn run<H: Handler>(handler: H, args: WorkerArgs) -> Result<BatchMetrics, HostError> {
     run_with(handler, args, BatchConfig::from_env()?).await

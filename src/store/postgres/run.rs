@@ -34,58 +34,13 @@ pub fn with_clients<H: Handler<Postgres>>(
 }
 
 /// Runs `handler` under the Lambda runtime when on Lambda, else as a local
-/// worker (flags as [`crate::worker::WorkerArgs`]), with idemq's logging
-/// defaults: what [`crate::run`] does for a DynamoDB handler.
+/// worker (flags as [`crate::worker::WorkerArgs`]; `--table` is not read),
+/// with idemq's logging defaults: what [`crate::run`] does for a DynamoDB
+/// handler.
 #[cfg(any(feature = "lambda", feature = "worker"))]
 pub async fn run<H: Handler<Postgres>>(handler: H) -> Result<(), HostError> {
-    #[cfg(feature = "failpoints")]
-    let _failpoints = fail::FailScenario::setup();
-    let on_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    crate::init_logging(on_lambda);
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    if on_lambda {
-        on_lambda_runtime(handler, &sdk).await
-    } else {
-        as_worker(handler, &sdk).await
-    }
-}
-
-#[cfg(feature = "lambda")]
-async fn on_lambda_runtime<H: Handler<Postgres>>(
-    handler: H,
-    sdk: &aws_config::SdkConfig,
-) -> Result<(), HostError> {
-    let host = with_clients(handler, sdk, BatchConfig::from_env()?)?;
-    lambda_runtime::run(crate::lambda::BatchService::from_host(host)).await
-}
-
-#[cfg(all(feature = "worker", not(feature = "lambda")))]
-async fn on_lambda_runtime<H: Handler<Postgres>>(
-    _: H,
-    _: &aws_config::SdkConfig,
-) -> Result<(), HostError> {
-    Err(
-        "AWS_LAMBDA_RUNTIME_API is set, but this binary was built without idemq's `lambda` feature"
-            .into(),
-    )
-}
-
-#[cfg(feature = "worker")]
-async fn as_worker<H: Handler<Postgres>>(
-    handler: H,
-    sdk: &aws_config::SdkConfig,
-) -> Result<(), HostError> {
-    use clap::Parser;
-    let args = crate::worker::WorkerArgs::parse();
-    let mut batch = BatchConfig::from_env()?;
-    if let Some(c) = args.concurrency {
-        batch.concurrency = c.max(1);
-    }
-    let host = with_clients(handler, sdk, batch)?;
-    crate::worker::serve(&host, &args).await.map(drop)
-}
-
-#[cfg(all(feature = "lambda", not(feature = "worker")))]
-async fn as_worker<H: Handler<Postgres>>(_: H, _: &aws_config::SdkConfig) -> Result<(), HostError> {
-    Err("AWS_LAMBDA_RUNTIME_API is not set (not on Lambda), and this binary was built without idemq's `worker` feature (the local worker)".into())
+    crate::run_host(handler, |handler, sdk, _table, batch| {
+        with_clients(handler, sdk, batch)
+    })
+    .await
 }
