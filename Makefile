@@ -72,7 +72,7 @@ deploy:
 lint:
 	cargo fmt --check
 	python3 scripts/module_cycles.py src
-	cargo clippy --all-targets --features testing,postgres --locked -- -D warnings
+	cargo clippy --workspace --all-targets --features testing,postgres --locked -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing,postgres --locked
 
 fmt:

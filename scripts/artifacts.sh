@@ -13,13 +13,14 @@
 #
 #   library   `cargo check --lib` under each combination of its features
 #             (every feature alone and every pair, none, the defaults, all);
-#   functions tests/outside, a Lambda-only function outside the package
-#             (`default-features = false, features = ["lambda"]`), and
+#   functions tests/outside, a Lambda function outside the package (idemq
+#             with its default features), and
 #             infra/sam/function, the bootstrap the SAM template deploys;
 #             both must also compile no CLI, progress-bar, failpoint, regex,
 #             SNS or PostgreSQL crate;
-#   package   the `.crate` file, unpacked and built by `cargo package`, and
-#             the `idemq` operator binary installed from it by
+#   package   the `.crate` files of the library and of the CLI (idemq-cli),
+#             unpacked and built by `cargo package`, and the `idemq`
+#             operator binary installed from the CLI's by
 #             `cargo install --locked`, as a user installs it, and run.
 #
 # Builds share target/ with `make test`; a dependency compiled with the
@@ -58,8 +59,8 @@ run() {
 # The feature sets to check the library under, from the manifest (so a new
 # feature is checked without editing this script): none, every feature
 # alone and every pair, all of them, one per line, comma-separated. A set
-# that turns on the same features as one before it (`cli` turns on `sns`,
-# so `cli,sns` is `cli`) is left out.
+# that turns on the same features as one before it (`testing` turns on
+# `lambda`, so `lambda,testing` is `testing`) is left out.
 feature_sets() {
     cargo metadata --locked --no-deps --format-version 1 | python3 -c '
 import itertools, json, sys
@@ -95,7 +96,7 @@ library() {
 }
 
 # Crates a Lambda-only function must not compile.
-HEAVY='^(clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers|aws-sdk-sns|tokio-postgres|postgres-protocol|postgres-types) v'
+HEAVY='^(idemq-cli|clap|clap_builder|indicatif|fail|regex|regex-automata|regex-syntax|matchers|aws-sdk-sns|tokio-postgres|postgres-protocol|postgres-types) v'
 
 lean() {
     local manifest=$1 heavy
@@ -136,24 +137,26 @@ functions() {
     trap - EXIT
 }
 
-# The packaged crate is what `cargo install idemq` downloads and builds,
-# so the binary is installed from it: `cargo package` verifies the .crate
-# by building its unpacked copy (lib and bins, default features, no
-# dev-dependencies) in target/package, and `cargo install --path` of that
-# copy then finds its build fresh instead of compiling idemq once more.
+# The packaged crates are what users download: `cargo package --workspace`
+# packs the library (idemq) and the operator CLI (idemq-cli) and verifies
+# each by building its unpacked copy (lib and bins, default features, no
+# dev-dependencies) in target/package, the CLI against the packed library
+# (through a temporary local registry, as it will build against the
+# published one). The `idemq` command is then installed from the CLI's
+# unpacked copy, as `cargo install idemq-cli` builds it, and run.
 package_and_binary() {
-    run "package (cargo package)" "default" \
-        cargo package --quiet --locked --allow-dirty
+    run "packages (cargo package)" "default" \
+        cargo package --quiet --locked --allow-dirty --workspace
     local unpacked root version
     version=$(cargo metadata --locked --no-deps --format-version 1 |
-        python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "idemq"))')
-    unpacked=target/package/idemq-$version
+        python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "idemq-cli"))')
+    unpacked=target/package/idemq-cli-$version
     [ -d "$unpacked" ] || return 0
     root=$(mktemp -d)
-    run "idemq (cargo install)" "default" \
+    run "idemq (cargo install idemq-cli)" "default" \
         cargo install --quiet --locked --debug --path "$unpacked" --root "$root" --target-dir target
     if [ -x "$root/bin/idemq" ]; then
-        run "idemq (cargo install)" "idemq --help runs" \
+        run "idemq (cargo install idemq-cli)" "idemq --help runs" \
             bash -c '"$1" --help >/dev/null' _ "$root/bin/idemq"
     fi
     rm -rf "$root"

@@ -24,7 +24,7 @@ esac
 postgres_demo() {
     # make test's features, so the demo reuses its build of the library.
     echo "== building idemq and the orders example (the first build compiles the AWS SDK: a few minutes)"
-    cargo build --locked --features testing,postgres --bin idemq --example orders_postgres --example orders_demo
+    cargo build --locked --workspace --features testing,postgres --bin idemq --example orders_postgres --example orders_demo
 
     local run resources queue_url dlq_url
     run="demo-pg-$(date +%s)"
@@ -65,7 +65,7 @@ if [ "$store" = postgres ]; then
 fi
 
 echo "== building idemq and the ledger example (the first build compiles the AWS SDK: a few minutes)"
-cargo build --locked --bin idemq --example ledger --example ledger_demo
+cargo build --locked --workspace --bin idemq --example ledger --example ledger_demo
 
 run="demo-$(date +%s)"
 echo "== idemq init (queue, DLQ with maxReceiveCount 5, the templates' minimum, table)"

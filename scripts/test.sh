@@ -24,7 +24,7 @@ cargo fmt --check
 # No two library modules import each other (directly or round a circle):
 # the store seam depends on the batch core never importing back.
 python3 scripts/module_cycles.py src
-cargo clippy --all-targets --features "$FEATURES" --locked -- -D warnings
+cargo clippy --workspace --all-targets --features "$FEATURES" --locked -- -D warnings
 # Every public item documented (#![warn(missing_docs)] in lib.rs), and no
 # broken, private or bare links in the docs. After clippy: it documents the
 # library against the dependencies clippy just checked: warm, ~2 s of CPU
@@ -34,13 +34,17 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features "$FEATURES" --locked
 echo "== package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the
 # package (scripts, infra, fixtures, charts) is a mistake.
-listed=$(cargo package --list --allow-dirty --locked)
-grep -qx 'src/lib.rs' <<<"$listed" || { echo "the package lacks src/lib.rs" >&2; exit 1; }
-unexpected=$(grep -vxE 'src/.*\.rs|Cargo\.(toml|toml\.orig|lock)|README\.md|CHANGELOG\.md|LICENSE-(MIT|APACHE)|\.cargo_vcs_info\.json' <<<"$listed" || true)
-if [ -n "$unexpected" ]; then
-    printf 'unexpected files in the package:\n%s\n' "$unexpected" >&2
-    exit 1
-fi
+# Both packages: the library (idemq) and the operator CLI (idemq-cli).
+for package in idemq:src/lib.rs idemq-cli:src/main.rs; do
+    name=${package%%:*} root_file=${package#*:}
+    listed=$(cargo package --list --allow-dirty --locked -p "$name")
+    grep -qx "$root_file" <<<"$listed" || { echo "the $name package lacks $root_file" >&2; exit 1; }
+    unexpected=$(grep -vxE 'src/.*\.rs|Cargo\.(toml|toml\.orig|lock)|README\.md|CHANGELOG\.md|LICENSE-(MIT|APACHE)|\.cargo_vcs_info\.json' <<<"$listed" || true)
+    if [ -n "$unexpected" ]; then
+        printf 'unexpected files in the %s package:\n%s\n' "$name" "$unexpected" >&2
+        exit 1
+    fi
+done
 
 echo "== every shipped artifact, built as its user builds it (no dev-dependencies)"
 # The library under each feature combination, a Lambda-only function
@@ -59,7 +63,9 @@ echo "== emulator wrapper self-test"
 .state/venv-moto/bin/python scripts/test_moto_dynamodb.py
 
 echo "== cargo test (unit, mocked SDK, local stack, CLI)"
-cargo test --locked --all-targets --features "$FEATURES"
+# --workspace: the CLI tests run the operator binary, which is the
+# idemq-cli package's; this builds it with them.
+cargo test --locked --workspace --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features "$FEATURES"
 

@@ -65,13 +65,18 @@
 //!   ([`dlq::redrive`]) and keeping them as JSON lines ([`dlq::archive`]);
 //!   each returns data, and the `idemq` binary only parses and prints.
 //!
-//! Features: `lambda`, `worker` and `cli` (the `idemq` operator binary) are
-//! on by default. A function that only runs on Lambda depends on
-//! `idemq = { version = "0.1", default-features = false, features = ["lambda"] }`
-//! and compiles no command-line or progress-bar crates and no regex engine.
-//! `failpoints` compiles in the chaos suite's failpoints.
+//! Features: `lambda` (the Lambda host) is the only default, so a function
+//! depending on `idemq = "0.1"` compiles no command-line, progress-bar, SNS
+//! or PostgreSQL crate and no regex engine. `worker` adds the local worker
+//! host, `postgres` the PostgreSQL store, `sns` publishing to a topic,
+//! `testing` the test kit (for dev-dependencies), and `failpoints` the
+//! chaos suite's failpoints. The operator CLI is its own package:
+//! `cargo install idemq-cli` gives the `idemq` command.
 
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` (Cargo.toml): every item a feature
+// gates is labelled with that feature in the rendered docs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attribute;
 pub mod backoff;

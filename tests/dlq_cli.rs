@@ -531,7 +531,7 @@ fn bad_rates_are_usage_errors_and_aws_failures_are_not() {
         ]);
         assert_eq!(o.status.code(), Some(2), "{}", out(&o));
 
-        let o = Command::new(env!("CARGO_BIN_EXE_idemq"))
+        let o = Command::new(common::idemq_bin())
             .args([
                 "dlq",
                 "list",

@@ -319,7 +319,7 @@ async fn eventbridge_rule_target_is_credited_once() {
 
 /// Runs the `idemq` binary with `IDEMQ_ENVELOPE=sns`.
 fn idemq_sns(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+    let out = std::process::Command::new(common::idemq_bin())
         .args(args)
         .env("IDEMQ_ENVELOPE", "sns")
         .output()
@@ -510,7 +510,7 @@ async fn idemq_send_publishes_to_a_topic_with_the_job_id() {
     let line = transfer("send-t-1", "erin", 9).to_string();
     let file = std::env::temp_dir().join(format!("{}.jsonl", unique("env-send")));
     std::fs::write(&file, format!("{line}\n{line}\n")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+    let out = std::process::Command::new(common::idemq_bin())
         .args([
             "send",
             "--topic-arn",

@@ -239,7 +239,7 @@ fn idemq_cli(args: &[&str]) -> std::process::Output {
 /// `idemq` with these layout variables set and every other `IDEMQ_*` layout
 /// variable unset.
 fn idemq_cli_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemq"));
+    let mut cmd = Command::new(common::idemq_bin());
     for var in TableLayout::ENV_VARS {
         cmd.env_remove(var);
     }

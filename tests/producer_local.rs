@@ -221,7 +221,7 @@ async fn idemq_send_streams_stdin_line_by_line() {
     let sdk = sdk().await;
     let res = init_queue(&sdk, "prod", false, 6, 30).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idemq"))
+    let mut child = Command::new(common::idemq_bin())
         .args([
             "send",
             "--queue-url",

@@ -135,9 +135,32 @@ pub fn attribute<'m>(m: &'m aws_sdk_sqs::types::Message, name: &str) -> &'m str 
         .unwrap_or_default()
 }
 
+/// The `idemq` operator binary of this build. It belongs to the CLI's own
+/// package (cli/), so Cargo gives the library's tests no
+/// `CARGO_BIN_EXE_idemq`: the binary sits beside the test harness's
+/// directory in the same target directory. `cargo test --workspace`
+/// (scripts/test.sh) builds it with the tests; a test run that did not
+/// is told how.
+pub fn idemq_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test> -> target/<profile>/idemq
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join(format!("idemq{}", std::env::consts::EXE_SUFFIX)))
+        .expect("the test binary sits in target/<profile>/deps");
+    assert!(
+        bin.is_file(),
+        "{} is missing: this test runs the operator CLI; build it with the tests: \
+         cargo test --workspace (or cargo build -p idemq-cli first)",
+        bin.display()
+    );
+    bin
+}
+
 /// Runs the `idemq` binary.
 pub fn idemq(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+    std::process::Command::new(idemq_bin())
         .args(args)
         .output()
         .expect("run idemq")
@@ -228,7 +251,7 @@ pub async fn redrive_killed_at_random(
             started.elapsed() < Duration::from_secs(240),
             "redrive did not converge"
         );
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+        let mut child = std::process::Command::new(idemq_bin())
             .args(["dlq", "redrive", "--dlq-url", dlq_url, "--hold-secs", "2"])
             .args(extra)
             .stdout(std::process::Stdio::null())

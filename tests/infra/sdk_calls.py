@@ -11,7 +11,7 @@ is never kept by hand. How:
    and `.name(..)` (a method call may reach any method of that name whose
    arity fits; no type inference, so this over-approximates, never misses).
 3. From an entry point (`main` of examples/ledger.rs for the Lambda function,
-   `main` of src/bin/idemq for the CLI) the reachable functions are followed;
+   `main` of cli/src/main.rs for the CLI) the reachable functions are followed;
    every `.operation()` they contain is an SDK call.
 
 Function-level rather than module-level, because modules mix both sides:
@@ -40,12 +40,12 @@ from pathlib import Path
 
 
 def sdk_crates(repo: Path) -> dict[str, str]:
-    """The AWS SDK crates the crate depends on -> their IAM service prefix
-    (aws-sdk-sqs -> sqs, aws-sdk-dynamodb -> dynamodb)."""
-    manifest = tomllib.loads((repo / "Cargo.toml").read_text())
-    return {
-        name: name.removeprefix("aws-sdk-") for name in manifest.get("dependencies", {}) if name.startswith("aws-sdk-")
-    }
+    """The AWS SDK crates the library or the CLI depends on -> their IAM
+    service prefix (aws-sdk-sqs -> sqs, aws-sdk-dynamodb -> dynamodb)."""
+    names = set()
+    for manifest in (repo / "Cargo.toml", repo / CLI_SRC.parent / "Cargo.toml"):
+        names |= set(tomllib.loads(manifest.read_text()).get("dependencies", {}))
+    return {name: name.removeprefix("aws-sdk-") for name in sorted(names) if name.startswith("aws-sdk-")}
 
 
 def _registry_dirs() -> list[Path]:
@@ -202,6 +202,10 @@ def strip_test_modules(text: str) -> str:
     return text
 
 
+# The operator CLI's own package (the `idemq` binary).
+CLI_SRC = Path("cli", "src")
+
+
 @dataclass
 class Fn:
     module: str  # e.g. "queue", "dead_letter", "bin:idemq", "example:ledger"
@@ -228,14 +232,15 @@ class Crate:
 def _module_of(path: Path, src: Path, examples: Path) -> str:
     if path.is_relative_to(examples):
         return f"example:{path.stem}"
+    cli = src.parent / CLI_SRC
+    if path.is_relative_to(cli):
+        # The operator CLI's package: cli/src/main.rs -> bin:idemq ;
+        # cli/src/send.rs -> bin:idemq::send ; cli/src/dlq/mod.rs -> bin:idemq::dlq
+        parts = list(path.relative_to(cli).with_suffix("").parts)
+        rest = [p for p in parts if p not in ("main", "mod")]
+        return "::".join(["bin:idemq", *rest])
     rel = path.relative_to(src)
     parts = list(rel.with_suffix("").parts)
-    if parts[0] == "bin":
-        # src/bin/idemq/main.rs -> bin:idemq ; src/bin/idemq/send.rs -> bin:idemq::send ;
-        # src/bin/idemq/dlq/mod.rs -> bin:idemq::dlq
-        name = parts[1]
-        rest = [p for p in parts[2:] if p not in ("main", "mod")]
-        return "::".join([f"bin:{name}", *rest])
     if parts[-1] in ("mod", "lib"):
         parts = parts[:-1]
     return "::".join(parts) if parts else "crate"
@@ -344,7 +349,7 @@ def read_crate(repo: Path, extra_files: list[Path], without: tuple[str, ...] = (
     src, examples = repo / "src", repo / "examples"
     crate = Crate()
     gated = gated_modules(repo)
-    files = sorted(src.rglob("*.rs")) + list(extra_files)
+    files = sorted(src.rglob("*.rs")) + sorted((repo / CLI_SRC).rglob("*.rs")) + list(extra_files)
     for path in files:
         module = _module_of(path, src, examples)
         if _gated_by(module, gated) in without or ("bin" in without and module.startswith("bin:")):
@@ -606,7 +611,7 @@ def needs(
     without: tuple[str, ...] = (),
 ) -> Needs:
     ops = sdk_operations(repo)
-    graph = CallGraph(read_crate(repo, [entry] if not entry.is_relative_to(repo / "src") else [], without), ops)
+    graph = CallGraph(read_crate(repo, [] if entry.is_relative_to(repo / "src") or entry.is_relative_to(repo / CLI_SRC) else [entry], without), ops)
     r = graph.reach(entry_module, entry_fn, skip)
     actions: dict[str, str] = {}
     for op, trail in sorted(r.ops.items()):
@@ -631,13 +636,13 @@ def function_needs(repo: Path) -> Needs:
     )
 
 
-CLI_MAIN = ("src", "bin", "idemq", "main.rs")
+CLI_MAIN = ("cli", "src", "main.rs")
 # `idemq init`: the one subcommand that creates and changes resources.
 INIT_ENTRY = "run_init"
 
 
 def cli_needs(repo: Path) -> Needs:
-    """The whole operator CLI: src/bin/idemq `main`."""
+    """The whole operator CLI: cli/src/main.rs `main`."""
     return needs(repo, repo.joinpath(*CLI_MAIN), "bin:idemq", without=CLI_WITHOUT)
 
 

@@ -45,7 +45,7 @@ impl Handler<Postgres> for Counter {
 }
 
 fn cli(args: &[&str], schema: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_idemq"))
+    std::process::Command::new(crate::common::idemq_bin())
         .args(args)
         .env("IDEMQ_POSTGRES_URL", postgres_url())
         .env("IDEMQ_POSTGRES_SCHEMA", schema)
