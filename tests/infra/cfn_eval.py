@@ -143,12 +143,30 @@ def rule_refusals(template: dict[str, Any], params: dict[str, str]) -> list[str]
 class Stack:
     """A CloudFormation template with its parameters: resolves intrinsics."""
 
-    def __init__(self, template: dict[str, Any], params: dict[str, str]):
+    def __init__(
+        self,
+        template: dict[str, Any],
+        params: dict[str, str],
+        nested: dict[str, tuple[dict[str, Any], dict[str, str]]] | None = None,
+        name: str = STACK,
+    ):
+        """`nested`: for each AWS::CloudFormation::Stack resource, the
+        template it names (TemplateURL) and parameter values that override
+        what this stack passes it (the inputs under test)."""
         self.t = template
+        self.name = name
         self.params = {**parameter_defaults(template), **params}
         self.resources: dict[str, Any] = template.get("Resources", {})
         self.mappings: dict[str, Any] = template.get("Mappings", {})
         self._conditions: dict[str, bool] = {}
+        self.children: dict[str, Stack] = {}
+        for lid, (child, overrides) in (nested or {}).items():
+            passed = {k: str(v) for k, v in self.props(lid).get("Parameters", {}).items()}
+            self.children[lid] = Stack(child, {**passed, **overrides}, name=f"{name}-{lid}")
+
+    def stacks(self) -> list["Stack"]:
+        """This stack and every stack nested in it."""
+        return [self, *(s for c in self.children.values() for s in c.stacks())]
 
     # -- conditions --------------------------------------------------------
 
@@ -221,7 +239,7 @@ class Stack:
             "AWS::Region": REGION,
             "AWS::AccountId": ACCOUNT,
             "AWS::Partition": "aws",
-            "AWS::StackName": STACK,
+            "AWS::StackName": self.name,
             "AWS::URLSuffix": "amazonaws.com",
             "AWS::NoValue": NO_VALUE,
         }[name]
@@ -249,12 +267,19 @@ class Stack:
             return self.resolve(p.get("DashboardName", name))
         if t == "AWS::IAM::ManagedPolicy":
             return f"arn:aws:iam::{ACCOUNT}:policy/{name}"
+        if t == "AWS::IAM::Role":
+            return name
+        if t == "AWS::CloudWatch::Alarm":
+            return self.resolve(p.get("AlarmName", name))
         return name
 
     def _get_att(self, arg: Any) -> Any:
         logical, attr = arg.split(".", 1) if isinstance(arg, str) else arg
         res = self.resources[logical]
         t, p = res["Type"], res.get("Properties", {})
+        if t == "AWS::CloudFormation::Stack" and attr.startswith("Outputs."):
+            child = self.children[logical]
+            return child.resolve(child.t["Outputs"][attr.split(".", 1)[1]]["Value"])
         name = lambda key: self.resolve(p[key])  # noqa: E731
         table = {
             ("AWS::SQS::Queue", "Arn"): lambda: f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name('QueueName')}",

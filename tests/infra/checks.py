@@ -9,9 +9,10 @@ scope yet fails the check with the call path that needs it.
 from __future__ import annotations
 
 import re
+from fnmatch import fnmatchcase
 from pathlib import Path
 
-from model import Alarm, Deployment, arn_key
+from model import ACCOUNT, Alarm, Deployment, arn_key
 
 # Lambda's event source mapping polls with the function's role: AWS Lambda
 # developer guide, "Lambda execution role for Amazon SQS" (the managed policy
@@ -169,7 +170,59 @@ def check_function_role(d: Deployment, code_actions: dict[str, str]) -> list[str
     needed = {**ESM_ACTIONS, **LOG_ACTIONS, **code_actions}
     needed.update(kms_needs(d, needed))
     problems = [f"function role: {u} (its permissions cannot be checked)" for u in d.role_unreadable]
-    return problems + check_grants(d, d.role_grants, needed, FUNCTION_SCOPE, "function role")
+    problems += check_grants(d, d.role_grants, needed, FUNCTION_SCOPE, "function role")
+    return problems + check_guards(d, needed)
+
+
+# idemq's own resources that the deployer's grants must not reach beyond
+# what idemq calls.
+GUARDED = ("table", "source", "dlq")
+
+
+def _arn_of(role: str, d: Deployment) -> str:
+    if role == "table":
+        return f"arn:aws:dynamodb:us-east-1:{ACCOUNT}:table/{d.table.get('name')}"
+    q = d.source if role == "source" else d.dlq
+    return f"arn:aws:sqs:us-east-1:{ACCOUNT}:{q.name if q else '?'}"
+
+
+def check_guards(d: Deployment, needed: dict[str, str]) -> list[str]:
+    """The function role denies, on idemq's table and both queues, every
+    action but what idemq calls there (a Deny with NotAction), so the
+    deployer's grants (EffectTableArns, FollowUpQueueArns, extra statements,
+    any managed policy, whose contents are unknown here and so taken as `*`
+    on `*`) can add nothing on them. Checked both ways: the guards are
+    exact, and what each extra grant lets through on each guarded resource
+    is within what idemq calls."""
+    problems = []
+    expected = {r: {a for a in needed if r in FUNCTION_SCOPE.get(a, set())} for r in GUARDED}
+    guards: dict[str, set[str]] = {}
+    for st in d.role_statements:
+        if st.effect == "Deny" and st.not_actions and not st.condition:
+            for res in st.resources:
+                guards.setdefault(_role_of(res, d), set()).update(st.not_actions)
+    for r in GUARDED:
+        if r not in guards:
+            problems.append(f"function role: no Deny of all but idemq's actions on the {r} (an extra grant could reach it)")
+        elif guards[r] != expected[r]:
+            problems.append(
+                f"function role: the guard on the {r} lets through {sorted(guards[r])}, not exactly {sorted(expected[r])}"
+            )
+    candidates = [(a, r, "extra grant") for a, r in d.extra_grants]
+    candidates += [("*", "*", f"managed policy {arn}") for arn in d.extra_managed]
+    for action, resource, source in candidates:
+        for r in GUARDED:
+            if not fnmatchcase(_arn_of(r, d), resource):
+                continue
+            # Through the guard: the actions it does not deny that the grant names.
+            through = {a for a in guards[r] if fnmatchcase(a, action)} if r in guards else {action}
+            beyond = sorted(through - expected[r])
+            if beyond:
+                problems.append(
+                    f"function role: {source} ({action} on {resource}) grants {beyond} on idemq's {r}, "
+                    f"beyond what idemq calls"
+                )
+    return problems
 
 
 def key_prefix(d: Deployment) -> str:
@@ -231,6 +284,12 @@ def _has(alarm: Alarm, ns: str, metric: str, dims: dict[str, str]) -> bool:
     return any(m == (ns, metric, dims) for m in alarm.metrics)
 
 
+def _sums(expression: str, alarm: Alarm) -> bool:
+    """The expression adds its two metric ids (visible + in flight)."""
+    ids = re.findall(r"[a-z_][a-z0-9_]*", expression)
+    return "+" in expression and len(set(ids)) >= 2 and "-" not in expression
+
+
 def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
     ns, dim, names = emitted_metrics(repo)
     if d.source is None or d.dlq is None:
@@ -255,10 +314,19 @@ def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
                 or (a.comparison == "GreaterThanThreshold" and a.threshold < 1)
             )
         ),
+        # Visible + in flight: `idemq dlq` reads letters by receiving them,
+        # which takes them out of ApproximateNumberOfMessagesVisible; an
+        # alarm on that alone goes OK while the letters are still there.
         "DLQ depth > 0": lambda a: (
             _has(a, "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": d.dlq.name})
             and a.comparison == "GreaterThanThreshold"
             and a.threshold == 0
+        ),
+        "DLQ depth counting letters being read": lambda a: (
+            _has(a, "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": d.dlq.name})
+            and _has(a, "AWS/SQS", "ApproximateNumberOfMessagesNotVisible", {"QueueName": d.dlq.name})
+            and bool(a.expression)
+            and _sums(a.expression, a)
         ),
         "oldest message age": lambda a: _has(
             a, "AWS/SQS", "ApproximateAgeOfOldestMessage", {"QueueName": d.source.name}
@@ -271,10 +339,11 @@ def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
         for m_ns, metric, _ in a.metrics:
             if m_ns == ns and metric not in names:
                 problems.append(f"alarm {a.name} watches {ns}/{metric}, which src/metrics.rs never emits")
-        if topic is not None and a.actions != [topic]:
-            problems.append(f"alarm {a.name} notifies {a.actions}, not the topic {topic}")
-        if topic is None and a.actions:
-            problems.append(f"alarm {a.name} has actions {a.actions} although no topic was given")
+        for what, got in (("alarm", a.actions), ("OK", a.ok_actions)):
+            if topic is not None and got != [topic]:
+                problems.append(f"alarm {a.name} notifies {got} on {what}, not the topic {topic}")
+            if topic is None and got:
+                problems.append(f"alarm {a.name} has {what} actions {got} although no topic was given")
     # The dashboard shows the same series.
     series: set[tuple[str, ...]] = set()
     for w in (d.dashboard or {}).get("widgets", []):
@@ -298,6 +367,7 @@ def check_alarms(d: Deployment, repo: Path, topic: str | None) -> list[str]:
     wanted += [
         ("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", d.source.name),
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", d.dlq.name),
+        ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "QueueName", d.dlq.name),
         ("AWS/Lambda", "Errors", "FunctionName", d.function["name"]),
         ("AWS/Lambda", "Throttles", "FunctionName", d.function["name"]),
     ]

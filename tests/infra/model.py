@@ -51,6 +51,7 @@ class Alarm:
     threshold: float
     actions: list[str]
     evaluation_periods: int = 1
+    ok_actions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Statement:
     resources: list[str]
     condition: dict[str, dict[str, list[str]]]  # operator -> key -> values
     principals: dict[str, list[str]] | str | None = None  # {"AWS": [..]} or "*"
+    not_actions: list[str] = field(default_factory=list)  # a Deny of all but these
 
 
 @dataclass
@@ -91,6 +93,15 @@ class Deployment:
     # What the deployer is refused before anything is created (SAM Rules,
     # Terraform preconditions), as sentences: a rule may rely on them.
     refusals: list[str] = field(default_factory=list)
+    # The deployer's grants for the handler's own resources (effect tables,
+    # follow-up queues, extra statements), and the managed policies attached
+    # (their contents unknown here): checked only against idemq's resources.
+    extra_grants: list[tuple[str, str]] = field(default_factory=list)
+    extra_managed: list[str] = field(default_factory=list)
+
+
+# Inline policies of the function role that hold the deployer's grants.
+EXTRA_POLICY_NAMES = {"effect-tables", "follow-up-queues", "handler"}
 
 
 def arn_key(arn: str) -> tuple[str, str]:
@@ -139,6 +150,7 @@ def policy_statements(doc: Any) -> list[Statement]:
                     for op, kv in (st.get("Condition") or {}).items()
                 },
                 principals=principal,
+                not_actions=_listed(st.get("NotAction")),
             )
         )
     return out
@@ -153,7 +165,9 @@ def _policy_grants(doc: Any) -> tuple[list[tuple[str, str]], list[str]]:
         statements = [statements]
     for st in statements:
         for key in ("NotAction", "NotResource", "NotPrincipal"):
-            if key in st:
+            # A Deny of all but some actions is a guard, read as such (an
+            # Allow of all but some would grant what nobody listed).
+            if key in st and not (key == "NotAction" and st.get("Effect") == "Deny"):
                 problems.append(f"statement uses {key}")
     for st in policy_statements(doc):
         if st.effect != "Allow":
@@ -200,9 +214,45 @@ def _finish(d: Deployment) -> Deployment:
 # ---------------------------------------------------------------------------
 
 
-def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
-    """`template` is the translated (plain CloudFormation) template."""
-    s = cfn_eval.Stack(template, params)
+class _Stacks:
+    """A stack and the stacks nested in it, read as one: resources by
+    logical id (unique across them), each resolved in its own stack."""
+
+    def __init__(self, top: cfn_eval.Stack):
+        self.top = top
+        self.owner: dict[str, cfn_eval.Stack] = {}
+        for st in top.stacks():
+            for lid in st.resources:
+                if lid in self.owner:
+                    raise AssertionError(f"logical id {lid} is in two stacks")
+                self.owner[lid] = st
+
+    def of_type(self, type_: str) -> dict[str, dict[str, Any]]:
+        return {k: v for st in self.top.stacks() for k, v in st.of_type(type_).items()}
+
+    def props(self, lid: str) -> dict[str, Any]:
+        return self.owner[lid].props(lid)
+
+    def ref(self, lid: str) -> Any:
+        return self.owner[lid]._ref(lid)
+
+    def stack_of(self, type_: str) -> cfn_eval.Stack:
+        """The one stack that has resources of this type (the idemq stack)."""
+        owners = {id(self.owner[lid]): self.owner[lid] for lid in self.of_type(type_)}
+        if len(owners) != 1:
+            raise AssertionError(f"{type_} in {len(owners)} stacks")
+        return next(iter(owners.values()))
+
+
+def from_sam(
+    template: dict[str, Any],
+    params: dict[str, str],
+    nested: dict[str, tuple[dict[str, Any], dict[str, str]]] | None = None,
+) -> Deployment:
+    """`template` is the translated (plain CloudFormation) template; `nested`
+    the templates of its nested stacks, with parameter overrides."""
+    s = _Stacks(cfn_eval.Stack(template, params, nested))
+    idemq = s.stack_of("AWS::SQS::Queue")
     queues: dict[str, Queue] = {}
     for lid in s.of_type("AWS::SQS::Queue"):
         p = s.props(lid)
@@ -231,7 +281,7 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
         "enabled": ep.get("Enabled", True),
     }
 
-    functions = {s._ref(lid): lid for lid in s.of_type("AWS::Lambda::Function")}
+    functions = {s.ref(lid): lid for lid in s.of_type("AWS::Lambda::Function")}
     fn_id = functions[esm["function"]]
     fp = s.props(fn_id)
     function = {
@@ -239,6 +289,7 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
         "timeout": int(fp.get("Timeout", 3)),
         "memory": int(fp.get("MemorySize", 128)),
         "runtime": fp.get("Runtime"),
+        "package_type": fp.get("PackageType", "Zip"),
         "architectures": fp.get("Architectures", ["x86_64"]),
         "env": {k: str(v) for k, v in fp.get("Environment", {}).get("Variables", {}).items()},
         "log_group": fp.get("LoggingConfig", {}).get("LogGroup", f"/aws/lambda/{esm['function']}"),
@@ -264,19 +315,25 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
         }
 
     # Everything the function's role may do: its inline policies, and any
-    # policy resource attached to it.
+    # policy resource attached to it. The policies for the handler's own
+    # resources (EXTRA_POLICY_NAMES) and the managed policies attached
+    # (ExtraPolicyArns) are the deployer's: kept apart.
     role_arn = fp["Role"]
     role_id = role_arn.rsplit("/", 1)[-1]
     grants: list[tuple[str, str]] = []
+    extra: list[tuple[str, str]] = []
     unreadable: list[str] = []
     role_statements: list[Statement] = []
     rp = s.props(role_id)
     for pol in rp.get("Policies", []):
         g, problems = _policy_grants(pol["PolicyDocument"])
-        grants += g
+        if pol["PolicyName"] in EXTRA_POLICY_NAMES:
+            extra += g
+        else:
+            grants += g
         unreadable += problems
         role_statements += policy_statements(pol["PolicyDocument"])
-    unreadable += [f"managed policy {a}" for a in rp.get("ManagedPolicyArns", [])]
+    managed = [a for a in rp.get("ManagedPolicyArns", []) if a]
     # The CLI's two opt-in policies, attached to nothing (the deployer
     # attaches them): OperatorPolicy and BootstrapPolicy.
     unattached: dict[str, tuple[list[tuple[str, str]], list[Statement]]] = {}
@@ -290,9 +347,9 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
                 role_statements += policy_statements(p["PolicyDocument"])
             elif not p.get("Roles") and not p.get("Users") and not p.get("Groups"):
                 unattached[lid] = (g, policy_statements(p["PolicyDocument"]))
-    extra = sorted(set(unattached) - {"OperatorPolicy", "BootstrapPolicy"})
-    if extra:
-        raise AssertionError(f"unattached policies other than OperatorPolicy/BootstrapPolicy: {extra}")
+    others = sorted(set(unattached) - {"OperatorPolicy", "BootstrapPolicy"})
+    if others:
+        raise AssertionError(f"unattached policies other than OperatorPolicy/BootstrapPolicy: {others}")
     operator, operator_st = unattached.get("OperatorPolicy", (None, None))
     bootstrap, bootstrap_st = unattached.get("BootstrapPolicy", (None, None))
 
@@ -301,7 +358,7 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
         p = s.props(lid)
         for url in p["Queues"]:
             queue_policies.setdefault(url.rsplit("/", 1)[-1], []).extend(policy_statements(p["PolicyDocument"]))
-    producers = [x for x in _listed(s.params.get("ProducerPrincipalArns", "").split(",")) if x]
+    producers = [x for x in _listed(idemq.params.get("ProducerPrincipalArns", "").split(",")) if x]
 
     alarms = []
     for lid in s.of_type("AWS::CloudWatch::Alarm"):
@@ -326,6 +383,7 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
                 threshold=float(p["Threshold"]),
                 actions=list(p.get("AlarmActions", [])),
                 evaluation_periods=int(p["EvaluationPeriods"]),
+                ok_actions=list(p.get("OKActions", [])),
             )
         )
     dashboards = s.of_type("AWS::CloudWatch::Dashboard")
@@ -333,10 +391,11 @@ def from_sam(template: dict[str, Any], params: dict[str, str]) -> Deployment:
 
     d = Deployment(queues, None, None, table, function, esm, grants, unreadable, operator, alarms, dashboard)
     d.role_statements, d.role_arn = role_statements, role_arn
+    d.extra_grants, d.extra_managed = extra, managed
     d.operator_statements, d.bootstrap_grants, d.bootstrap_statements = operator_st, bootstrap, bootstrap_st
     d.queue_policies, d.producers = queue_policies, producers
-    d.kms_key = s.params.get("KmsKeyArn", "")
-    d.refusals = cfn_eval.rule_refusals(template, s.params)
+    d.kms_key = idemq.params.get("KmsKeyArn", "")
+    d.refusals = cfn_eval.rule_refusals(idemq.t, idemq.params)
     return _finish(d)
 
 
@@ -390,6 +449,7 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
         "timeout": int(m.arg(fb, "timeout", 3)),
         "memory": int(m.arg(fb, "memory_size", 128)),
         "runtime": m.arg(fb, "runtime"),
+        "package_type": m.arg(fb, "package_type", "Zip"),
         "architectures": m.arg(fb, "architectures", ["x86_64"]),
         "env": {k: str(v) for k, v in (m.arg(env_blocks[0], "variables", {}) if env_blocks else {}).items()},
         "log_group": m.arg(logging[0], "log_group") if logging else f"/aws/lambda/{fn_name}",
@@ -429,25 +489,31 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
                 grants += g
                 unreadable += problems
                 role_statements += policy_statements(m.arg(ip, "policy"))
+    extra: list[tuple[str, str]] = []
     for b in m.resources_of("aws_iam_role_policy").values():
         if m.arg(b, "role") == role_name:
             g, problems = _policy_grants(m.arg(b, "policy"))
-            grants += g
+            if m.arg(b, "name") in EXTRA_POLICY_NAMES:
+                extra += g
+            else:
+                grants += g
             unreadable += problems
             role_statements += policy_statements(m.arg(b, "policy"))
-    attached: set[str] = set()
+    managed: list[str] = []
     for b in m.resources_of("aws_iam_role_policy_attachment").values():
-        attached.add(str(m.arg(b, "policy_arn")))
-        if m.arg(b, "role") == role_name:
-            unreadable.append(f"attached policy {m.arg(b, 'policy_arn')}")
+        for i in range(m.count(b)):
+            m.count_index = i
+            if m.arg(b, "role") == role_name:
+                managed.append(str(m.arg(b, "policy_arn")))
+        m.count_index = 0
     # The CLI's two opt-in policies: aws_iam_policy.operator and .bootstrap.
     unattached: dict[str, tuple[list[tuple[str, str]], list[Statement]]] = {}
     for name, b in m.resources_of("aws_iam_policy").items():
         g, _ = _policy_grants(m.arg(b, "policy"))
         unattached[name] = (g, policy_statements(m.arg(b, "policy")))
-    extra = sorted(set(unattached) - {"operator", "bootstrap"})
-    if extra:
-        raise AssertionError(f"aws_iam_policy resources other than operator/bootstrap: {extra}")
+    others = sorted(set(unattached) - {"operator", "bootstrap"})
+    if others:
+        raise AssertionError(f"aws_iam_policy resources other than operator/bootstrap: {others}")
     operator, operator_st = unattached.get("operator", (None, None))
     bootstrap, bootstrap_st = unattached.get("bootstrap", (None, None))
 
@@ -475,6 +541,7 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
                 threshold=float(m.arg(b, "threshold")),
                 actions=list(m.arg(b, "alarm_actions", []) or []),
                 evaluation_periods=int(m.arg(b, "evaluation_periods")),
+                ok_actions=list(m.arg(b, "ok_actions", []) or []),
             )
         )
     dashboards = m.resources_of("aws_cloudwatch_dashboard")
@@ -484,6 +551,7 @@ def from_terraform(m: tf_eval.Module) -> Deployment:
     d.role_statements, d.role_arn = role_statements, role_arn
     d.operator_statements, d.bootstrap_grants, d.bootstrap_statements = operator_st, bootstrap, bootstrap_st
     d.queue_policies = queue_policies
+    d.extra_grants, d.extra_managed = extra, managed
     d.producers = list(m.vars.get("producer_principal_arns") or [])
     d.kms_key = m.vars.get("kms_key_arn") or ""
     d.refusals = m.failed_preconditions()
@@ -626,8 +694,19 @@ def rule_function_contract(d: Deployment) -> list[str]:
         out.append("event source mapping lacks FunctionResponseTypes ReportBatchItemFailures")
     if d.esm.get("max_concurrency") is None:
         out.append("event source mapping has no ScalingConfig.MaximumConcurrency")
-    if d.function["runtime"] != "provided.al2023" or d.function["architectures"] != ["arm64"]:
+    image = d.function.get("package_type") == "Image"
+    if (not image and d.function["runtime"] != "provided.al2023") or d.function["architectures"] != ["arm64"]:
         out.append(f"function is {d.function['runtime']} {d.function['architectures']}, not provided.al2023 arm64")
+    env = d.function["env"]
+    # The table layout and the Deny on idemq's reserved keys assume idemq's
+    # defaults for these.
+    for var in ("IDEMQ_KEY_PREFIX", "IDEMQ_ATTR_PK", "IDEMQ_ATTR_EXPIRES_AT"):
+        if var in env:
+            out.append(f"the function sets {var}={env[var]}, which the table and the role's guard do not follow")
+    if env.get("IDEMQ_ENVELOPE", "none") not in ("", "none", "sns", "eventbridge"):
+        out.append(f"IDEMQ_ENVELOPE {env['IDEMQ_ENVELOPE']!r} is none of none, sns, eventbridge")
+    if env.get("IDEMQ_JOB_ID_POINTER", "") not in ("",) and not env["IDEMQ_JOB_ID_POINTER"].startswith("/"):
+        out.append(f"IDEMQ_JOB_ID_POINTER {env['IDEMQ_JOB_ID_POINTER']!r} is not a JSON pointer")
     if not d.table:
         out.append("IDEMQ_TABLE does not name this template's table")
         return out

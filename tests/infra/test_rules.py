@@ -141,3 +141,40 @@ def test_every_rule_has_a_broken_copy_for_both_templates():
     rules = [*model.RULES, *CODE_RULES, "templates_agree"]
     assert {(r, k) for r in rules for k in ("sam", "terraform")} <= covered
     assert all(b.expect for b in cases.BREAKS), "every broken copy says what it must be caught for"
+
+
+def test_extra_grants_cannot_reach_idemqs_resources(template, function_actions):
+    """Whatever the deployer grants the function (its own tables and queues,
+    statements, managed policies read as `*` on `*`), the role may do on
+    idemq's table and queues only what the code calls; and the inputs the
+    templates must refuse are refused."""
+    checked = with_extras = 0
+    for inputs in cases.EXTRA_INPUTS:
+        if not template.supports(inputs) or not template.accepts(inputs):
+            continue
+        d = template.deployment(inputs)
+        checked += 1
+        with_extras += bool(d.extra_grants or d.extra_managed)
+        assert checks.check_function_role(d, function_actions) == [], inputs
+    assert checked >= (10 if template.kind == "sam" else 15) and with_extras >= 5, (checked, with_extras)
+    refused = [
+        {"envelope": "kinesis"},
+        {"job_id_pointer": "transfer_id"},
+        {"environment": {"IDEMQ_KEY_PREFIX": "app#"}},
+        {"environment": {"IDEMQ_TABLE": "elsewhere"}},
+        {"s3_bucket": "artifacts", "s3_key": "orders/bootstrap.zip"},
+        {"package_path": None},
+    ]
+    for inputs in refused:
+        if template.supports(inputs):
+            assert not template.accepts(inputs), inputs
+
+
+def test_every_output_is_described(sam, terraform):
+    import tf_eval
+
+    for raw in (sam.raw, sam.parent_raw):
+        assert [k for k, v in raw["Outputs"].items() if not v.get("Description")] == []
+    for directory in (terraform.module_dir, terraform.example):
+        outputs = tf_eval.parse_dir(directory).sub("output")
+        assert outputs and [o.labels[0] for o in outputs if "description" not in o.attributes] == []

@@ -17,10 +17,11 @@ import cfn_eval
 CFN_LINT = str(Path(sys.executable).parent / "cfn-lint")
 
 
-def test_cfn_lint_is_clean_on_the_sam_template(repo):
-    # The CLI (not the API), so this is exactly what `make lint-infra` runs.
+def test_cfn_lint_is_clean_on_the_sam_templates(repo):
+    # The CLI (not the API), so this is exactly what `make lint-infra` runs:
+    # the user's template and idemq.yaml, nested in it.
     out = subprocess.run(
-        [CFN_LINT, str(repo / "infra" / "sam" / "template.yaml")],
+        [CFN_LINT, str(repo / "infra" / "sam" / "template.yaml"), str(repo / "infra" / "sam" / "idemq.yaml")],
         capture_output=True,
         text=True,
     )
@@ -31,6 +32,7 @@ def test_cfn_lint_catches_a_broken_template(repo, tmp_path):
     """cfn-lint really reads the SAM resources: a typo in one is reported."""
     text = (repo / "infra" / "sam" / "template.yaml").read_text()
     assert text.count("      Handler: bootstrap\n") == 1
+    (tmp_path / "idemq.yaml").write_text((repo / "infra" / "sam" / "idemq.yaml").read_text())
     bad = tmp_path / "template.yaml"
     bad.write_text(text.replace("      Handler: bootstrap\n", "      Handlr: bootstrap\n"))
     out = subprocess.run([CFN_LINT, str(bad)], capture_output=True, text=True)
@@ -52,7 +54,7 @@ def test_terraform_fmt(repo):
 def test_sam_builds_the_ledger_example(repo, sam):
     """SAM's rust-cargolambda runs `cargo lambda build --bin <Binary>` in
     CodeUri: that package's one binary must be examples/ledger.rs."""
-    fn = sam.raw["Resources"]["LedgerFunction"]
+    fn = sam.parent_raw["Resources"]["LedgerFunction"]
     assert fn["Metadata"]["BuildMethod"] == "rust-cargolambda"
     binary = fn["Metadata"]["BuildProperties"]["Binary"]
     package = (repo / "infra" / "sam" / fn["Properties"]["CodeUri"]).resolve()
@@ -113,14 +115,14 @@ def test_samconfig(repo, sam):
     # SAM's cache hashes CodeUri only; the function's code lives outside it.
     assert cfg["default"]["build"]["parameters"]["cached"] is False
     # Overrides name real parameters.
-    names = set(sam.raw["Parameters"])
+    names = set(sam.parent_raw["Parameters"])
     for pair in deploy.get("parameter_overrides", "").split():
         assert pair.split("=", 1)[0] in names, pair
     assert (
         cfn_eval.rejected_parameters(
-            sam.raw,
+            sam.parent_raw,
             {
-                **cfn_eval.parameter_defaults(sam.raw),
+                **cfn_eval.parameter_defaults(sam.parent_raw),
                 **dict(p.split("=", 1) for p in deploy.get("parameter_overrides", "").split()),
             },
         )
@@ -136,7 +138,7 @@ def test_every_alarm_links_to_its_runbook_section(repo):
     anchors = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-") for h in re.findall(r"^#+ (.+)$", doc, re.M)
     }
-    texts = [(repo / "infra" / "sam" / "template.yaml").read_text()]
+    texts = [(repo / "infra" / "sam" / "idemq.yaml").read_text()]
     texts += [p.read_text() for p in (repo / "infra" / "terraform" / "modules" / "idemq").glob("*.tf")]
     links = [a for t in texts for a in re.findall(r"docs/operations\.md#([\w-]+)", t)]
     assert len(links) == 16, links  # 8 alarms x 2 templates

@@ -185,6 +185,8 @@ class Module:
             else:
                 self.vars[name] = Unknown(f"var.{name} (required)")
         self._local_cache: dict[str, Any] = {}
+        # count.index while reading one instance of a counted resource.
+        self.count_index = 0
 
     # -- validations -------------------------------------------------------
 
@@ -277,13 +279,16 @@ class Module:
         for doc in self.arg(block, "source_policy_documents", []) or []:
             statements += json.loads(doc)["Statement"]
         for st in block.sub("statement"):
-            for unsupported in ("not_actions", "not_resources", "not_principals"):
+            for unsupported in ("not_resources", "not_principals"):
                 if unsupported in st.attributes or st.sub(unsupported):
                     raise Unsupported(f"policy statement with {unsupported}")
             s: dict[str, Any] = {"Effect": self.arg(st, "effect", "Allow")}
             if "sid" in st.attributes:
                 s["Sid"] = self.arg(st, "sid")
-            s["Action"] = self.arg(st, "actions", [])
+            if "not_actions" in st.attributes:
+                s["NotAction"] = self.arg(st, "not_actions")
+            else:
+                s["Action"] = self.arg(st, "actions", [])
             if "resources" in st.attributes:
                 s["Resource"] = self.arg(st, "resources")
             principals = st.sub("principals")
@@ -426,6 +431,10 @@ class Module:
             "ceil": lambda: math.ceil(args[0]),
             "length": lambda: len(args[0]),
             "concat": lambda: [x for a in args for x in a],
+            "keys": lambda: sorted(args[0]),
+            "merge": lambda: {k: v for a in args for k, v in a.items()},
+            "contains": lambda: args[1] in args[0],
+            "setintersection": lambda: sorted(set(args[0]).intersection(*map(set, args[1:]))),
             "regex": lambda: _regex(args[0], args[1]),
             "filebase64sha256": lambda: Unknown(f"filebase64sha256({args[0]})"),
             # The first argument that is neither null nor an empty string
@@ -475,7 +484,7 @@ class Module:
         elif head == "path" and path[1] == "module":
             value, rest = self.path_module, path[2:]
         elif head == "count" and path[1] == "index":
-            value, rest = 0, path[2:]
+            value, rest = self.count_index, path[2:]
         elif head == "data":
             value, rest = self._data_attr(path[1], path[2], path[3]), path[4:]
         else:

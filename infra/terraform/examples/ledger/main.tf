@@ -1,4 +1,5 @@
-# The ledger example (examples/ledger.rs) deployed with the idemq module.
+# The ledger example (examples/ledger.rs) deployed with the idemq module, as
+# your own root module would use it (copy modules/idemq verbatim).
 #
 #   cargo lambda build --release --arm64 --example ledger --output-format zip
 #   cd infra/terraform/examples/ledger
@@ -36,11 +37,19 @@ variable "alarm_topic_arn" {
 module "ledger" {
   source = "../../modules/idemq"
 
-  name            = "idemq-ledger"
-  queue_name      = "idemq-ledger"
-  table_name      = "idemq-ledger"
-  package_path    = "${path.module}/../../../../target/lambda/ledger/bootstrap.zip"
-  alarm_topic_arn = var.alarm_topic_arn
+  name         = "idemq-ledger"
+  queue_name   = "idemq-ledger"
+  table_name   = "idemq-ledger"
+  package_path = "${path.module}/../../../../target/lambda/ledger/bootstrap.zip"
+
+  alarm_actions = var.alarm_topic_arn == "" ? [] : [var.alarm_topic_arn]
+  ok_actions    = var.alarm_topic_arn == "" ? [] : [var.alarm_topic_arn]
+
+  # The ledger's effects write only the idemq table. A handler that writes
+  # its own tables or sends follow-ups names them, and its own variables:
+  #   effect_table_arns    = [aws_dynamodb_table.orders.arn]
+  #   follow_up_queue_arns = [aws_sqs_queue.shipping.arn]
+  #   environment          = { ORDERS_TABLE = aws_dynamodb_table.orders.name }
 
   # The defaults, spelled out: what the runbook's sizing section talks about.
   function_timeout        = 30
@@ -52,21 +61,26 @@ module "ledger" {
 }
 
 output "queue_url" {
-  value = module.ledger.queue_url
+  description = "Where producers send jobs (idemq send, Producer)."
+  value       = module.ledger.queue_url
 }
 
 output "dead_letter_queue_url" {
-  value = module.ledger.dead_letter_queue_url
+  description = "The DLQ (idemq dlq)."
+  value       = module.ledger.dead_letter_queue_url
 }
 
 output "table_name" {
-  value = module.ledger.table_name
+  description = "The idemq table."
+  value       = module.ledger.table_name
 }
 
 output "function_name" {
-  value = module.ledger.function_name
+  description = "The ledger function."
+  value       = module.ledger.function_name
 }
 
 output "dashboard_name" {
-  value = module.ledger.dashboard_name
+  description = "The CloudWatch dashboard."
+  value       = module.ledger.dashboard_name
 }

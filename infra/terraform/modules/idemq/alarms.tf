@@ -16,8 +16,8 @@ resource "aws_cloudwatch_metric_alarm" "dead_letter_rate" {
   threshold           = var.dead_letter_rate_threshold_percent
   evaluation_periods  = 1
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 
   metric_query {
     id          = "rate"
@@ -57,8 +57,8 @@ resource "aws_cloudwatch_metric_alarm" "retry_rate" {
   evaluation_periods  = 3
   datapoints_to_alarm = 3
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 
   metric_query {
     id          = "rate"
@@ -102,8 +102,8 @@ resource "aws_cloudwatch_metric_alarm" "payload_conflicts" {
   threshold           = 0
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 }
 
 # One job failed by the deployment (a permission the role lacks on a table
@@ -121,24 +121,56 @@ resource "aws_cloudwatch_metric_alarm" "deployment_errors" {
   threshold           = 1
   comparison_operator = "GreaterThanOrEqualToThreshold"
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 }
 
+# Visible + in flight: `idemq dlq list/show/stats` read dead letters by
+# receiving them, which makes them in flight (not visible) until their
+# visibility is released; an alarm on ApproximateNumberOfMessagesVisible
+# alone would turn OK while an operator reads a DLQ that is still full.
+# ApproximateNumberOfMessagesNotVisible counts "messages that are in flight
+# ... received by a consumer but not yet deleted or expired"
+# ("Available CloudWatch metrics for Amazon SQS",
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html).
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   alarm_name          = "${var.name}-dlq-not-empty"
-  alarm_description   = "Messages wait in the DLQ. Runbook: docs/operations.md#dlq-not-empty"
-  namespace           = "AWS/SQS"
-  metric_name         = "ApproximateNumberOfMessagesVisible"
-  dimensions          = { QueueName = aws_sqs_queue.dlq.name }
-  statistic           = "Maximum"
-  period              = 60
-  evaluation_periods  = 1
-  threshold           = 0
+  alarm_description   = "Messages wait in the DLQ, visible or being read. Runbook: docs/operations.md#dlq-not-empty"
   comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  evaluation_periods  = 1
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
+
+  metric_query {
+    id          = "letters"
+    label       = "dead letters (visible + in flight)"
+    expression  = "visible + inflight"
+    return_data = true
+  }
+
+  metric_query {
+    id = "visible"
+    metric {
+      namespace   = "AWS/SQS"
+      metric_name = "ApproximateNumberOfMessagesVisible"
+      dimensions  = { QueueName = aws_sqs_queue.dlq.name }
+      period      = 60
+      stat        = "Maximum"
+    }
+  }
+
+  metric_query {
+    id = "inflight"
+    metric {
+      namespace   = "AWS/SQS"
+      metric_name = "ApproximateNumberOfMessagesNotVisible"
+      dimensions  = { QueueName = aws_sqs_queue.dlq.name }
+      period      = 60
+      stat        = "Maximum"
+    }
+  }
 }
 
 resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
@@ -154,8 +186,8 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
   threshold           = var.oldest_message_age_threshold
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 }
 
 resource "aws_cloudwatch_metric_alarm" "function_errors" {
@@ -170,8 +202,8 @@ resource "aws_cloudwatch_metric_alarm" "function_errors" {
   threshold           = 0
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 }
 
 resource "aws_cloudwatch_metric_alarm" "function_throttles" {
@@ -186,8 +218,8 @@ resource "aws_cloudwatch_metric_alarm" "function_throttles" {
   threshold           = 0
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.ok_actions
 }
 
 resource "aws_cloudwatch_dashboard" "this" {
@@ -243,6 +275,7 @@ resource "aws_cloudwatch_dashboard" "this" {
             ["AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", aws_sqs_queue.source.name],
             ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", aws_sqs_queue.source.name, { yAxis = "right" }],
             ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", aws_sqs_queue.dlq.name, { yAxis = "right" }],
+            ["AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "QueueName", aws_sqs_queue.dlq.name, { yAxis = "right" }],
           ]
         }
       },

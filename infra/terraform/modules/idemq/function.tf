@@ -51,7 +51,7 @@ data "aws_iam_policy_document" "function" {
   # TransactWriteItems is authorised per item action; GetItem reads a job's
   # marker before its handler runs (IDEMQ_READ_MARKER_FIRST) and when a
   # transaction was cancelled without its copy. A handler whose effects
-  # write other tables needs them added here.
+  # write other tables: effect_table_arns.
   statement {
     sid = "Table"
     actions = [
@@ -62,6 +62,50 @@ data "aws_iam_policy_document" "function" {
       "dynamodb:GetItem",
     ]
     resources = [aws_dynamodb_table.idemq.arn]
+  }
+
+  # Whatever else this role is given (effect_table_arns,
+  # follow_up_queue_arns, extra_policy_statements, extra_policy_arns), on
+  # idemq's own table and queues it may do only what idemq calls: an explicit
+  # Deny overrides every Allow ("Policy evaluation logic",
+  # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html).
+  # A managed policy granting dynamodb:* on * cannot reach a marker through
+  # BatchWriteItem or drop the table.
+  statement {
+    sid    = "TableOnlyWhatIdemqCalls"
+    effect = "Deny"
+    not_actions = [
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:ConditionCheckItem",
+      "dynamodb:GetItem",
+    ]
+    resources = [aws_dynamodb_table.idemq.arn]
+  }
+
+  statement {
+    sid    = "SourceQueueOnlyWhatIdemqCalls"
+    effect = "Deny"
+    not_actions = [
+      "sqs:ReceiveMessage",
+      "sqs:DeleteMessage",
+      "sqs:ChangeMessageVisibility",
+      "sqs:GetQueueAttributes",
+      "sqs:GetQueueUrl",
+    ]
+    resources = [aws_sqs_queue.source.arn]
+  }
+
+  statement {
+    sid    = "DeadLetterQueueOnlyWhatIdemqCalls"
+    effect = "Deny"
+    not_actions = [
+      "sqs:SendMessage",
+      "sqs:GetQueueAttributes",
+      "sqs:GetQueueUrl",
+    ]
+    resources = [aws_sqs_queue.dlq.arn]
   }
 
   # idemq's own items (markers <prefix>job#..., failure records
@@ -116,16 +160,56 @@ resource "aws_iam_role_policy" "function_kms" {
   policy = data.aws_iam_policy_document.function_kms.json
 }
 
+# Your handler's own resources: its tables (the item actions a
+# TransactWriteItems of its effects is authorised by, and GetItem for its
+# reads), its follow-up queues, and any statements of your own.
+locals {
+  extra_statements = concat(
+    length(var.effect_table_arns) == 0 ? [] : [{
+      Sid      = "EffectTables"
+      Effect   = "Allow"
+      Action   = ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:GetItem"]
+      Resource = var.effect_table_arns
+    }],
+    length(var.follow_up_queue_arns) == 0 ? [] : [{
+      Sid      = "FollowUpQueues"
+      Effect   = "Allow"
+      Action   = ["sqs:SendMessage"]
+      Resource = var.follow_up_queue_arns
+    }],
+    var.extra_policy_statements,
+  )
+}
+
+resource "aws_iam_role_policy" "extra" {
+  count  = length(local.extra_statements) == 0 ? 0 : 1
+  name   = "handler"
+  role   = aws_iam_role.function.id
+  policy = jsonencode({ Version = "2012-10-17", Statement = local.extra_statements })
+}
+
+resource "aws_iam_role_policy_attachment" "extra" {
+  count      = length(var.extra_policy_arns)
+  role       = aws_iam_role.function.name
+  policy_arn = var.extra_policy_arns[count.index]
+}
+
 resource "aws_lambda_function" "this" {
-  function_name    = var.name
-  role             = aws_iam_role.function.arn
-  filename         = var.package_path
-  source_code_hash = filebase64sha256(var.package_path)
-  handler          = "bootstrap"
-  runtime          = "provided.al2023"
-  architectures    = ["arm64"]
-  memory_size      = var.function_memory
-  timeout          = var.function_timeout
+  function_name = var.name
+  role          = aws_iam_role.function.arn
+  # Your code: a local zip, an S3 object, or an image.
+  package_type      = var.image_uri == null ? "Zip" : "Image"
+  filename          = var.package_path
+  source_code_hash  = var.package_path == null ? null : filebase64sha256(var.package_path)
+  s3_bucket         = var.s3_bucket
+  s3_key            = var.s3_key
+  s3_object_version = var.s3_object_version
+  image_uri         = var.image_uri
+  handler           = var.image_uri == null ? "bootstrap" : null
+  runtime           = var.image_uri == null ? "provided.al2023" : null
+  architectures     = ["arm64"]
+  memory_size       = var.function_memory
+  timeout           = var.function_timeout
 
   # JSON: idemq writes JSON lines unless the function's log format
   # (AWS_LAMBDA_LOG_FORMAT) is Text.
@@ -134,20 +218,30 @@ resource "aws_lambda_function" "this" {
     log_group  = aws_cloudwatch_log_group.function.name
   }
 
+  # Yours, then idemq's (your keys may not name idemq's: a validation of
+  # var.environment refuses them).
   environment {
-    variables = {
+    variables = merge({ IDEMQ_LOG = "info" }, var.environment, {
       IDEMQ_TABLE          = aws_dynamodb_table.idemq.name
       IDEMQ_MARKER_TTL     = "${local.marker_ttl_days}d"
       IDEMQ_NAMESPACE      = coalesce(var.namespace, var.queue_name)
       IDEMQ_LEGACY_MARKERS = var.legacy_markers
       IDEMQ_CONCURRENCY    = tostring(var.job_concurrency)
       IDEMQ_BACKOFF_CAP    = "${var.backoff_cap_seconds}s"
-      IDEMQ_LOG            = "info"
-    }
+      IDEMQ_ENVELOPE       = var.envelope
+      IDEMQ_JOB_ID_POINTER = var.job_id_pointer
+    })
   }
 
   # The role's policies must exist before the first invocation.
-  depends_on = [aws_iam_role_policy.function, aws_iam_role_policy.function_kms]
+  depends_on = [aws_iam_role_policy.function, aws_iam_role_policy.function_kms, aws_iam_role_policy.extra, aws_iam_role_policy_attachment.extra]
+
+  lifecycle {
+    precondition {
+      condition     = (var.package_path == null ? 0 : 1) + (var.s3_bucket == null && var.s3_key == null ? 0 : 1) + (var.image_uri == null ? 0 : 1) == 1 && (var.s3_bucket == null) == (var.s3_key == null)
+      error_message = "The function's code: set exactly one of package_path, s3_bucket + s3_key (both), or image_uri."
+    }
+  }
 }
 
 resource "aws_lambda_event_source_mapping" "jobs" {

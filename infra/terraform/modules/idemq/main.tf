@@ -15,7 +15,6 @@ locals {
   replay_window_days  = 1  # config::REPLAY_WINDOW
   marker_margin_days  = 2  # 4 days of source retention gives the default 21d
   marker_ttl_days     = var.source_retention_days + local.dlq_retention_days + local.replay_window_days + local.marker_margin_days
-  alarm_actions       = var.alarm_topic_arn == "" ? [] : [var.alarm_topic_arn]
   function_log_group  = "/aws/lambda/${var.name}"
   metrics_namespace   = "idemq"  # src/metrics.rs NAMESPACE
   metrics_queue_label = "Queue"  # src/metrics.rs QUEUE_DIMENSION

@@ -3,15 +3,18 @@
 # input these validations accept deploys a safe configuration.
 
 variable "name" {
-  description = "Name of the function; prefixes the alarms and the dashboard."
+  description = "Name of the function; prefixes the alarms and the dashboard (log group /aws/lambda/<name>)."
   type        = string
-  default     = "idemq-ledger"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,58}$", var.name))
+    error_message = "name: 1-58 characters of A-Z a-z 0-9 - _."
+  }
 }
 
 variable "queue_name" {
   description = "Source queue name; the DLQ is <name>-dlq, as `idemq init` names it."
   type        = string
-  default     = "idemq-ledger"
 
   validation {
     condition     = can(regex("^[A-Za-z0-9_-]{1,76}$", var.queue_name))
@@ -42,14 +45,103 @@ variable "legacy_markers" {
 }
 
 variable "table_name" {
-  description = "The idemq table (markers and failure records; the ledger writes here too)."
+  description = "The idemq table (markers and failure records; your effects may write here too, on keys outside idemq's reserved prefix)."
   type        = string
-  default     = "idemq-ledger"
 }
 
+# The function's code: exactly one of package_path, s3_bucket + s3_key, or
+# image_uri (a precondition on the function says so).
 variable "package_path" {
-  description = "Zip holding the function's `bootstrap` (cargo lambda build --release --arm64 --example ledger --output-format zip)."
+  description = "A local zip holding your function's `bootstrap` (cargo lambda build --release --arm64 --output-format zip)."
   type        = string
+  default     = null
+}
+
+variable "s3_bucket" {
+  description = "S3 bucket of your function's zip (with s3_key)."
+  type        = string
+  default     = null
+}
+
+variable "s3_key" {
+  description = "S3 key of your function's zip (with s3_bucket)."
+  type        = string
+  default     = null
+}
+
+variable "s3_object_version" {
+  description = "Version of the S3 object (optional, with s3_bucket and s3_key)."
+  type        = string
+  default     = null
+}
+
+variable "image_uri" {
+  description = "An ECR image of your function (arm64, built on the provided.al2023 base image)."
+  type        = string
+  default     = null
+}
+
+variable "environment" {
+  description = "Your function's own environment variables (your tables, your follow-up queues). idemq's own (IDEMQ_TABLE, IDEMQ_MARKER_TTL, ...) come from this module's inputs and may not be set here."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    # Set by this module, or assumed by its table layout and its Deny on
+    # idemq's reserved keys.
+    condition = length(setintersection(keys(var.environment), [
+      "IDEMQ_TABLE", "IDEMQ_MARKER_TTL", "IDEMQ_NAMESPACE", "IDEMQ_LEGACY_MARKERS", "IDEMQ_CONCURRENCY",
+      "IDEMQ_BACKOFF_CAP", "IDEMQ_ENVELOPE", "IDEMQ_JOB_ID_POINTER", "IDEMQ_KEY_PREFIX", "IDEMQ_ATTR_PK",
+      "IDEMQ_ATTR_EXPIRES_AT",
+    ])) == 0
+    error_message = "environment: IDEMQ_TABLE, IDEMQ_MARKER_TTL, IDEMQ_NAMESPACE, IDEMQ_LEGACY_MARKERS, IDEMQ_CONCURRENCY, IDEMQ_BACKOFF_CAP, IDEMQ_ENVELOPE and IDEMQ_JOB_ID_POINTER come from this module's inputs; IDEMQ_KEY_PREFIX and IDEMQ_ATTR_* would break the table layout and the role's guard of idemq's own items."
+  }
+}
+
+variable "envelope" {
+  description = "IDEMQ_ENVELOPE: what wraps each job's body (none; sns: an SNS notification; eventbridge: an EventBridge event)."
+  type        = string
+  default     = "none"
+
+  validation {
+    condition     = contains(["none", "sns", "eventbridge"], var.envelope)
+    error_message = "envelope: none, sns or eventbridge."
+  }
+}
+
+variable "job_id_pointer" {
+  description = "IDEMQ_JOB_ID_POINTER: a JSON pointer to the job id in the body (e.g. /transfer_id), for messages without an idemq-job-id attribute. Empty: none."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^(/.*)?$", var.job_id_pointer))
+    error_message = "job_id_pointer: a JSON pointer starting with /, or empty."
+  }
+}
+
+variable "effect_table_arns" {
+  description = "Your own DynamoDB tables (ARNs) that your handler's effects write: the role may put, update, delete, condition-check and get their items."
+  type        = list(string)
+  default     = []
+}
+
+variable "follow_up_queue_arns" {
+  description = "Queues (ARNs) your handler sends follow-up jobs to (sqs:SendMessage)."
+  type        = list(string)
+  default     = []
+}
+
+variable "extra_policy_statements" {
+  description = "More IAM statements for the function's role, as IAM JSON objects ({ Effect, Action, Resource, Condition }). Whatever they allow, the role's Deny statements keep idemq's table and queues to what idemq calls."
+  type        = any
+  default     = []
+}
+
+variable "extra_policy_arns" {
+  description = "Managed policies (ARNs) to attach to the function's role. The role's Deny statements keep idemq's table and queues to what idemq calls, whatever they allow."
+  type        = list(string)
+  default     = []
 }
 
 variable "function_timeout" {
@@ -171,10 +263,16 @@ variable "kms_key_arn" {
   }
 }
 
-variable "alarm_topic_arn" {
-  description = "SNS topic for alarm and OK notifications (empty: alarms without actions)."
-  type        = string
-  default     = ""
+variable "alarm_actions" {
+  description = "SNS topics (ARNs) notified when an alarm fires (empty: no actions)."
+  type        = list(string)
+  default     = []
+}
+
+variable "ok_actions" {
+  description = "SNS topics (ARNs) notified when an alarm returns to OK (empty: no actions)."
+  type        = list(string)
+  default     = []
 }
 
 variable "oldest_message_age_threshold" {
