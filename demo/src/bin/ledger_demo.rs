@@ -1,0 +1,1 @@
+../../../tests/support/ledger_demo.rs
