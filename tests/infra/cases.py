@@ -98,7 +98,6 @@ class Sam:
     nested in it (everything else): inputs go to whichever declares them."""
 
     kind = "sam"
-    NESTED = "Idemq"
     NAMES = {
         "function_timeout": "FunctionTimeoutSeconds",
         "batching_window": "MaximumBatchingWindowSeconds",
@@ -122,9 +121,17 @@ class Sam:
             "idemq.yaml": (path.parent / "idemq.yaml").read_text(),
         }
         self.parent_raw = cfn_eval.load_sam(text=self.texts["template.yaml"])
-        app = self.parent_raw["Resources"][self.NESTED]
-        if app["Type"] != "AWS::Serverless::Application" or app["Properties"]["Location"] != "idemq.yaml":
-            raise AssertionError(f"{path}: {self.NESTED} is not the nested application idemq.yaml")
+        # The nested application idemq.yaml, under whatever logical id the
+        # user's template gives it (the ledger's and `idemq new`'s: Idemq).
+        apps = [
+            lid
+            for lid, r in self.parent_raw.get("Resources", {}).items()
+            if r.get("Type") == "AWS::Serverless::Application"
+            and (r.get("Properties") or {}).get("Location") == "idemq.yaml"
+        ]
+        if len(apps) != 1:
+            raise AssertionError(f"{path}: {len(apps)} nested applications with Location idemq.yaml, not one")
+        self.nested_id = apps[0]
         self.cfn = cfn_eval.translate(self.parent_raw)
         # The reusable part: plain CloudFormation, no transform.
         self.raw = cfn_eval.load_sam(text=self.texts["idemq.yaml"])
@@ -154,17 +161,20 @@ class Sam:
 
     def _stack(self, inputs: dict[str, Any], extra: dict[str, str] | None = None) -> cfn_eval.Stack:
         parent, nested = self._split(inputs, extra)
-        return cfn_eval.Stack(self.cfn, parent, {self.NESTED: (self.raw, nested)})
+        return cfn_eval.Stack(self.cfn, parent, {self.nested_id: (self.raw, nested)})
 
     def nested_params(self, inputs: dict[str, Any] | None = None, **extra: str) -> dict[str, str]:
         """What idemq.yaml is deployed with."""
-        return self._stack(inputs or {}, extra).children[self.NESTED].params
+        return self._stack(inputs or {}, extra).children[self.nested_id].params
+
+    def refused(self, inputs: dict[str, Any]) -> list[str]:
+        """Why the two templates refuse these inputs (none: accepted)."""
+        parent, _ = self._split(inputs, None)
+        out = cfn_eval.rejected_parameters(self.parent_raw, parent)
+        return out or cfn_eval.rejected_parameters(self.raw, self.nested_params(inputs))
 
     def accepts(self, inputs: dict[str, Any]) -> bool:
-        parent, _ = self._split(inputs, None)
-        if cfn_eval.rejected_parameters(self.parent_raw, parent):
-            return False
-        return not cfn_eval.rejected_parameters(self.raw, self.nested_params(inputs))
+        return not self.refused(inputs)
 
     def accepts_ignoring_retries(self, inputs: dict[str, Any]) -> bool:
         raw = {k: v for k, v in self.raw.items() if k != "Rules"}
@@ -172,7 +182,7 @@ class Sam:
 
     def deployment(self, inputs: dict[str, Any] | None = None, **extra: str) -> model.Deployment:
         parent, nested = self._split(inputs or {}, extra)
-        return model.from_sam(self.cfn, parent, {self.NESTED: (self.raw, nested)})
+        return model.from_sam(self.cfn, parent, {self.nested_id: (self.raw, nested)})
 
     # What the checks pass for "an alarm topic" and "the operator policy on".
     def with_topic(self, topic: str) -> model.Deployment:
@@ -212,12 +222,22 @@ class Terraform:
     def supports(self, inputs: dict[str, Any]) -> bool:
         return set(inputs) <= set(self.NAMES)
 
-    def __init__(self, root: Path, overrides: dict[str, str] | None = None):
-        """`overrides`: module file name -> replacement text (a broken copy)."""
+    def __init__(
+        self,
+        root: Path,
+        overrides: dict[str, str] | None = None,
+        example: Path | None = None,
+        call: str = "ledger",
+    ):
+        """`root`: infra/terraform, whose examples/ledger calls the module;
+        or `example` (a root module, e.g. a project's deploy/terraform) and
+        the name of its module call. `overrides`: module file name ->
+        replacement text (a broken copy)."""
         self.root = root
-        self.example = root / "examples" / "ledger"
+        self.example = example or root / "examples" / "ledger"
+        self.call = call
         self.overrides = overrides or {}
-        source, self.base_inputs = model.terraform_inputs_from_example(self.example, "ledger")
+        source, self.base_inputs = model.terraform_inputs_from_example(self.example, call)
         self.module_dir = source
         self.module = tf_eval.Block("module", [str(source)])
         for tf in sorted(source.glob("*.tf")):
@@ -230,7 +250,7 @@ class Terraform:
         return self.overrides.get(name, (self.module_dir / name).read_text())
 
     def with_text(self, name: str, text: str) -> "Terraform":
-        return Terraform(self.root, {**self.overrides, name: text})
+        return Terraform(self.root, {**self.overrides, name: text}, self.example, self.call)
 
     def _module(self, inputs: dict[str, Any], extra: dict[str, Any] | None = None) -> tf_eval.Module:
         values = dict(self.base_inputs)
@@ -238,8 +258,13 @@ class Terraform:
         values.update(extra or {})
         return tf_eval.Module(self.module, values)
 
+    def refused(self, inputs: dict[str, Any]) -> list[str]:
+        """The variables whose validations, and the preconditions, that
+        refuse these inputs (none: accepted)."""
+        return self._module(inputs).invalid_inputs()
+
     def accepts(self, inputs: dict[str, Any]) -> bool:
-        return not self._module(inputs).invalid_inputs()
+        return not self.refused(inputs)
 
     def accepts_ignoring_retries(self, inputs: dict[str, Any]) -> bool:
         m = self._module(inputs)

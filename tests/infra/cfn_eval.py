@@ -256,9 +256,9 @@ class Stack:
             raise Unsupported(f"Ref to unknown {name}")
         t, p = res["Type"], res.get("Properties", {})
         if t == "AWS::SQS::Queue":
-            return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{self.resolve(p['QueueName'])}"
+            return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{self._physical(name, 'QueueName')}"
         if t == "AWS::DynamoDB::Table":
-            return self.resolve(p["TableName"])
+            return self._physical(name, "TableName")
         if t == "AWS::Logs::LogGroup":
             return self.resolve(p["LogGroupName"])
         if t == "AWS::Lambda::Function":
@@ -273,6 +273,13 @@ class Stack:
             return self.resolve(p.get("AlarmName", name))
         return name
 
+    def _physical(self, logical: str, key: str) -> str:
+        """A resource's name: its name property, or, when the template
+        leaves it out, the one CloudFormation makes up (stack name, logical
+        id and a random suffix; here without the suffix)."""
+        p = self.resources[logical].get("Properties", {})
+        return self.resolve(p[key]) if key in p else f"{self.name}-{logical}"
+
     def _get_att(self, arg: Any) -> Any:
         logical, attr = arg.split(".", 1) if isinstance(arg, str) else arg
         res = self.resources[logical]
@@ -280,7 +287,7 @@ class Stack:
         if t == "AWS::CloudFormation::Stack" and attr.startswith("Outputs."):
             child = self.children[logical]
             return child.resolve(child.t["Outputs"][attr.split(".", 1)[1]]["Value"])
-        name = lambda key: self.resolve(p[key])  # noqa: E731
+        name = lambda key: self._physical(logical, key)  # noqa: E731
         table = {
             ("AWS::SQS::Queue", "Arn"): lambda: f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name('QueueName')}",
             ("AWS::SQS::Queue", "QueueName"): lambda: name("QueueName"),
