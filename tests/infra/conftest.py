@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import cases  # noqa: E402
+import project  # noqa: E402
 import sdk_calls  # noqa: E402
 
 REPO = HERE.parent.parent
@@ -49,3 +51,20 @@ def sam() -> cases.Sam:
 @pytest.fixture(scope="session")
 def terraform() -> cases.Terraform:
     return cases.Terraform(REPO / "infra" / "terraform")
+
+
+@pytest.fixture(scope="session")
+def project_dir(tmp_path_factory) -> Path:
+    """The project whose deploy files test_project.py checks: the one
+    `scripts/infra_test.sh --project DIR` names ($IDEMQ_INFRA_PROJECT), or,
+    without it, one `idemq new` writes now (with the idemq binary already
+    built; skipped without it)."""
+    given = os.environ.get(project.ENV)
+    if given:
+        directory = Path(given).resolve()
+        if not (directory / "deploy").is_dir():
+            pytest.fail(f"{directory} has no deploy/ (what `idemq new` writes: deploy/sam, deploy/terraform)")
+        return directory
+    if project.idemq_binary(REPO) is None:
+        pytest.skip("target/debug/idemq is not built (cargo build --bin idemq): no generated project to check")
+    return project.generate(REPO, tmp_path_factory.mktemp("project"))
