@@ -636,7 +636,9 @@ cmd_up() {
   echo "$mode" >"$MODE_FILE"
   if [[ $mode == docker ]]; then docker_up; else host_up; fi
   env_lines "$mode" >"$ENV_FILE"
-  say "endpoints written to ${ENV_FILE#"$ROOT"/} (or: eval \"\$(scripts/stack.sh env)\")"
+  # IDEMQ_STACK_COMMAND: how the caller runs this script (`idemq stack`
+  # runs a copy of it inside a user's project).
+  say "endpoints written to ${ENV_FILE#"$ROOT"/} (or: eval \"\$(${IDEMQ_STACK_COMMAND:-scripts/stack.sh} env)\")"
 }
 
 cmd_down() {

@@ -34,12 +34,14 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features "$FEATURES" --locked
 echo "== package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the
 # package (scripts, infra, fixtures, charts) is a mistake.
-# Both packages: the library (idemq) and the operator CLI (idemq-cli).
-for package in idemq:src/lib.rs idemq-cli:src/main.rs; do
-    name=${package%%:*} root_file=${package#*:}
+# Both packages: the library (idemq) and the operator CLI (idemq-cli),
+# which also ships what `idemq new` writes (templates/) and the local stack
+# `idemq stack` runs (stack/).
+for package in 'idemq:src/lib.rs:' 'idemq-cli:src/main.rs:|templates/.*|stack/.*'; do
+    IFS=: read -r name root_file extra <<<"$package"
     listed=$(cargo package --list --allow-dirty --locked -p "$name")
     grep -qx "$root_file" <<<"$listed" || { echo "the $name package lacks $root_file" >&2; exit 1; }
-    unexpected=$(grep -vxE 'src/.*\.rs|Cargo\.(toml|toml\.orig|lock)|README\.md|CHANGELOG\.md|LICENSE-(MIT|APACHE)|\.cargo_vcs_info\.json' <<<"$listed" || true)
+    unexpected=$(grep -vxE "src/.*\.rs|Cargo\.(toml|toml\.orig|lock)|README\.md|CHANGELOG\.md|LICENSE-(MIT|APACHE)|\.cargo_vcs_info\.json$extra" <<<"$listed" || true)
     if [ -n "$unexpected" ]; then
         printf 'unexpected files in the %s package:\n%s\n' "$name" "$unexpected" >&2
         exit 1
@@ -99,3 +101,23 @@ trap 'scripts/lambda.sh down || true; cleanup' EXIT
 scripts/lambda.sh down
 scripts/lambda.sh up
 cargo test --locked --features "$FEATURES" --test lambda_local -- --ignored
+scripts/lambda.sh down
+
+# ---------------------------------------------------------------------------
+# Getting started (scripts/getting_started.sh, docs/getting-started.md)
+# ---------------------------------------------------------------------------
+# A new user's walkthrough from a directory outside the repository: `idemq
+# new`, its unit test, `idemq stack up` from that crate, the function as a
+# local worker with a duplicate and a poison job, the dead letter's context,
+# and the crate's deployment through idemq's rules. Its stack takes the
+# same ports as the one above, so that one is stopped first; a stack a
+# developer started (not this run) is left running, and the walkthrough
+# skipped with a note.
+echo "== getting started (a new function crate outside the repository)"
+if [ "$started_here" = 1 ]; then
+    scripts/stack.sh down
+    started_here=0
+    scripts/getting_started.sh
+else
+    echo "skipped: the local stack was running before make test (scripts/stack.sh down, then scripts/getting_started.sh)"
+fi

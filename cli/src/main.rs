@@ -20,8 +20,10 @@ use idemq::config::{IdempotencyConfig, TableLayout};
 use idemq::init::{InitError, InitSpec, TableProtection, init_with};
 
 mod dlq;
+mod new;
 mod progress;
 mod send;
+mod stack;
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +58,12 @@ enum Command {
     Send(send::SendArgs),
     /// See why dead letters died; move them back without losing any.
     Dlq(dlq::DlqArgs),
+    /// Create a function crate: a handler against its own table, its unit
+    /// test on the test kit, sample jobs, and how to run and deploy it.
+    New(new::NewArgs),
+    /// Start, stop or inspect the local stack (SQS, DynamoDB, PostgreSQL on
+    /// 127.0.0.1) from any project, with this idemq's pinned versions.
+    Stack(stack::StackArgs),
 }
 
 /// The store of the consumer's markers and failure records.
@@ -126,14 +134,21 @@ async fn main() -> ExitCode {
         }
     }
     let cli = Cli::parse();
+    // Files and processes only: no AWS configuration needed.
+    let command = match cli.command {
+        Command::New(args) => return new::run(args),
+        Command::Stack(args) => return stack::run(args),
+        command => command,
+    };
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     if let Err(msg) = check_credentials(&sdk).await {
         return usage_error(&msg);
     }
-    match cli.command {
+    match command {
         Command::Init(args) => run_init(args, &sdk).await,
         Command::Send(args) => send::run(args, &sdk).await,
         Command::Dlq(args) => dlq::run(args, &sdk).await,
+        Command::New(_) | Command::Stack(_) => unreachable!("handled above"),
     }
 }
 

@@ -1,0 +1,1 @@
+../../../scripts/moto_dynamodb.py

@@ -1,0 +1,1 @@
+../../../../../../../infra/terraform/modules/idemq/outputs.tf
