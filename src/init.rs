@@ -5,7 +5,7 @@
 //! what was asked for, and a difference is an error that names it rather
 //! than a silent change to a queue that may be in use.
 //!
-//! What it creates is what the templates (`infra/sam/template.yaml`,
+//! What it creates is what the templates (`infra/sam/idemq.yaml`,
 //! `infra/terraform/modules/idemq`) create: both queues encrypted
 //! (SSE-SQS), the DLQ keeping messages 14 days and open to redrive from the
 //! source queue only; the table on-demand, encrypted with KMS (the AWS
