@@ -106,6 +106,8 @@ pub struct Dlq {
     records: Option<DeadLetters>,
     info: QueueInfo,
     resolver: JobIdResolver,
+    /// The names of the queues whose `RedrivePolicy` names this one.
+    sources: Vec<String>,
 }
 
 /// Every letter read from a DLQ, each with its context, held invisible
@@ -135,6 +137,20 @@ impl Dlq {
             Some(t) => Some(TableLayout::from_env_with_table(Some(t.to_owned()))?),
             None => None,
         };
+        Self::connect_with_layout(sqs, ddb, layout, options).await
+    }
+
+    /// Opens the DLQ of `options` as [`Dlq::connect`] does, with the
+    /// failure records of the DynamoDB table `layout` describes (`None`:
+    /// no records); `options.table` is not read. For a layout read from
+    /// somewhere else than this process's environment (a function's
+    /// configuration: [`super::settings::ConsumerEnv::layout`]).
+    pub async fn connect_with_layout(
+        sqs: aws_sdk_sqs::Client,
+        ddb: aws_sdk_dynamodb::Client,
+        layout: Option<TableLayout>,
+        options: DlqOptions,
+    ) -> Result<Self, OpenError> {
         let records = layout.map(|l| DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL));
         Self::connect_to(sqs, records, options).await
     }
@@ -180,6 +196,10 @@ impl Dlq {
             records,
             info,
             resolver: options.resolver,
+            sources: sources
+                .iter()
+                .map(|q| crate::config::queue_name(q).to_owned())
+                .collect(),
         })
     }
 
@@ -201,6 +221,13 @@ impl Dlq {
     /// The consumer's job-id resolver.
     pub fn resolver(&self) -> &JobIdResolver {
         &self.resolver
+    }
+
+    /// The names of its source queues (the queues whose `RedrivePolicy`
+    /// names it): without `IDEMQ_NAMESPACE`, each one's name is the
+    /// namespace its consumer's records are kept under.
+    pub fn source_queues(&self) -> &[String] {
+        &self.sources
     }
 
     /// Every letter, each with its context (its failure record joined with
@@ -341,6 +368,8 @@ pub struct Row {
     pub copy_message_ids: Vec<String>,
     /// Another letter has the same job id and a different payload.
     pub conflicting: bool,
+    /// Whether the consumer's failure record of it was found.
+    pub failure_record: bool,
 }
 
 fn rfc3339_seconds<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
@@ -365,7 +394,130 @@ impl Row {
             copies: l.count(),
             copy_message_ids: l.copies.clone(),
             conflicting: l.conflicting,
+            failure_record: c.failure_record,
         }
+    }
+}
+
+/// Where an operator tool looks for a consumer's failure records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "store", rename_all = "lowercase")]
+pub enum RecordsPlace {
+    /// The idemq table in DynamoDB.
+    Dynamodb {
+        /// The table.
+        table: String,
+        /// The consumer's key prefix (`IDEMQ_KEY_PREFIX`).
+        key_prefix: String,
+        /// `IDEMQ_NAMESPACE`; `None`: each source queue's name.
+        namespace: Option<String>,
+    },
+    /// idemq's schema in PostgreSQL.
+    Postgres {
+        /// The schema.
+        schema: String,
+        /// `IDEMQ_NAMESPACE`; `None`: each source queue's name.
+        namespace: Option<String>,
+    },
+    /// None was given: letters show only what their attributes carry.
+    None,
+}
+
+impl RecordsPlace {
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Self::Dynamodb { namespace, .. } | Self::Postgres { namespace, .. } => {
+                namespace.as_deref()
+            }
+            Self::None => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RecordsPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Dynamodb {
+                table, key_prefix, ..
+            } => write!(f, "DynamoDB table {table} (key prefix {key_prefix:?})"),
+            Self::Postgres { schema, .. } => write!(f, "PostgreSQL schema {schema}"),
+            Self::None => f.write_str("no store"),
+        }
+    }
+}
+
+/// Dead letters were read and none of them has a failure record where
+/// the tool looked: the table, schema or namespace is not the
+/// consumer's (or no store was given), and the letters are shown with
+/// only the context their own attributes carry. `idemq dlq` prints it as
+/// a warning, and as a `warnings` entry in its JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NoFailureRecords {
+    /// Always `no_failure_records` (the JSON entry's tag).
+    pub kind: &'static str,
+    /// Letters read.
+    pub letters: usize,
+    /// Where records were looked for.
+    pub records: RecordsPlace,
+    /// The namespaces looked in: `IDEMQ_NAMESPACE`, else the source
+    /// queues' names.
+    pub namespaces: Vec<String>,
+    /// The warning, in words: what was looked for, where, and what to
+    /// check.
+    pub message: String,
+}
+
+impl NoFailureRecords {
+    /// The warning for `letters` read from a DLQ whose source queues are
+    /// `sources`, their records looked for in `place`; `None` when there
+    /// are no letters or at least one has its record.
+    pub fn check(
+        letters: &[(DeadMessage, Context)],
+        place: &RecordsPlace,
+        sources: &[String],
+    ) -> Option<Self> {
+        if letters.is_empty() || letters.iter().any(|(_, c)| c.failure_record) {
+            return None;
+        }
+        let namespaces: Vec<String> = match (place, place.namespace()) {
+            (RecordsPlace::None, _) => Vec::new(),
+            (_, Some(ns)) => vec![ns.to_owned()],
+            (_, None) => sources.to_vec(),
+        };
+        let n = letters.len();
+        let message = match place {
+            RecordsPlace::None => format!(
+                "none of the {n} dead letters read has a failure record: no table was given                  (--table or IDEMQ_TABLE; --store postgres for PostgreSQL), so each shows only                  what its attributes carry; pass the consumer's store, or --function NAME to read                  it from the Lambda function's configuration"
+            ),
+            _ => {
+                let ns = match place.namespace() {
+                    Some(ns) => format!("namespace {ns} (IDEMQ_NAMESPACE)"),
+                    None if namespaces.is_empty() => {
+                        "the source queues' namespaces (no queue names this DLQ)".to_owned()
+                    }
+                    None => format!(
+                        "namespace {} (the source queue's name: IDEMQ_NAMESPACE is not set)",
+                        namespaces.join(", ")
+                    ),
+                };
+                let check = match place {
+                    RecordsPlace::Postgres { .. } => {
+                        "IDEMQ_POSTGRES_URL, IDEMQ_POSTGRES_SCHEMA and IDEMQ_NAMESPACE"
+                    }
+                    _ => "the table (--table, IDEMQ_TABLE), IDEMQ_NAMESPACE and IDEMQ_KEY_PREFIX",
+                };
+                format!(
+                    "none of the {n} dead letters read has a failure record in {place} under {ns}:                      check that {check} are the consumer's (--function NAME reads them from its                      Lambda configuration); the letters show only what their attributes carry"
+                )
+            }
+        };
+        Some(Self {
+            kind: "no_failure_records",
+            letters: n,
+            records: place.clone(),
+            namespaces,
+            message,
+        })
     }
 }
 
@@ -398,6 +550,58 @@ mod tests {
     fn one_line_flattens_and_cuts() {
         assert_eq!(one_line("a\nb", 10), "a b");
         assert_eq!(one_line("abcdef", 4), "abc…");
+    }
+
+    /// Letters whose every context lacks a record: the warning names the
+    /// table, prefix and namespaces looked in; one record found, or no
+    /// letter at all, and there is nothing to warn about.
+    #[test]
+    fn no_failure_records_is_said_with_where_it_looked() {
+        let letter = |id: &str, recorded: bool| {
+            let m = DeadMessage {
+                message_id: id.into(),
+                receipt_handle: "rh".into(),
+                body: "{}".into(),
+                attributes: Default::default(),
+                system: Default::default(),
+            };
+            let mut c = Context::of(&m, Some(id), None);
+            c.failure_record = recorded;
+            (m, c)
+        };
+        let table = RecordsPlace::Dynamodb {
+            table: "jobs".into(),
+            key_prefix: "idemq#".into(),
+            namespace: None,
+        };
+        let sources = vec!["orders".to_owned()];
+        let bare = [letter("a", false), letter("b", false)];
+        let w = NoFailureRecords::check(&bare, &table, &sources).unwrap();
+        assert_eq!((w.kind, w.letters), ("no_failure_records", 2));
+        assert_eq!(w.namespaces, ["orders"]);
+        assert!(w.message.contains("DynamoDB table jobs"), "{}", w.message);
+        assert!(w.message.contains("namespace orders"), "{}", w.message);
+        assert!(w.message.contains("IDEMQ_NAMESPACE"), "{}", w.message);
+        let json = serde_json::to_value(&w).unwrap();
+        assert_eq!(json["records"]["store"], "dynamodb");
+        assert_eq!(json["records"]["table"], "jobs");
+
+        let named = RecordsPlace::Postgres {
+            schema: "idemq".into(),
+            namespace: Some("billing".into()),
+        };
+        let w = NoFailureRecords::check(&bare, &named, &sources).unwrap();
+        assert_eq!(w.namespaces, ["billing"]);
+        assert!(w.message.contains("PostgreSQL schema idemq"));
+        let w = NoFailureRecords::check(&bare, &RecordsPlace::None, &sources).unwrap();
+        assert!(w.message.contains("no table was given"), "{}", w.message);
+
+        let one_recorded = [letter("a", false), letter("b", true)];
+        assert_eq!(
+            NoFailureRecords::check(&one_recorded, &table, &sources),
+            None
+        );
+        assert_eq!(NoFailureRecords::check(&[], &table, &sources), None);
     }
 
     /// Only a missing queue is the operator's mistake (exit 2); anything

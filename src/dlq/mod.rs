@@ -8,10 +8,13 @@
 //! before deleting, so a kill at any instant loses nothing), and all take a
 //! job's copies as one letter ([`copies`]); [`archive`] keeps them as JSON
 //! lines (`idemq dlq export` / `import`). Each returns data: the `idemq`
-//! binary only parses flags and prints.
+//! binary only parses flags and prints. [`settings`] reads a consumer's
+//! settings from its environment (this process's or a deployed
+//! function's), with the consumer's own parsers.
 
 pub mod archive;
 pub mod copies;
 pub mod inspect;
 pub mod peek;
 pub mod redrive;
+pub mod settings;

@@ -194,6 +194,9 @@ pub struct Context {
     pub source_queue: Option<String>,
     /// The body's size in bytes (never the body itself).
     pub payload_bytes: usize,
+    /// Whether the consumer's failure record of this letter was found
+    /// (else the context is only what the letter's attributes carry).
+    pub failure_record: bool,
 }
 
 fn ser_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
@@ -238,6 +241,7 @@ impl Context {
                 .or(source_from_arn)
                 .or_else(|| msg.attr(ATTR_SOURCE_QUEUE).map(str::to_owned)),
             payload_bytes: msg.body.len(),
+            failure_record: record.is_some(),
         }
     }
 

@@ -1490,6 +1490,7 @@ mod tests {
             failed_at: Some(UNIX_EPOCH + Duration::from_secs(at_secs)),
             source_queue: Some("q".into()),
             payload_bytes: 10,
+            failure_record: true,
         }
     }
 
@@ -1591,6 +1592,7 @@ mod bounds_tests {
             failed_at: None,
             source_queue: None,
             payload_bytes: 0,
+            failure_record: false,
         };
         let f = Filter {
             error_contains: Some("outage".into()),
