@@ -24,7 +24,13 @@ use super::{CmdResult, Ctx, open_failed, unseen_warning};
 use crate::usage_error;
 
 impl Ctx {
-    pub(super) async fn export(&self, file: &Path, delete: bool, force: bool) -> CmdResult {
+    pub(super) async fn export(
+        &self,
+        file: &Path,
+        delete: bool,
+        force: bool,
+        json: bool,
+    ) -> CmdResult {
         if !force && file.symlink_metadata().is_ok() {
             return Ok(usage_error(&format!(
                 "{} exists: pass --force to replace it",
@@ -32,7 +38,29 @@ impl Ctx {
             )));
         }
         let read = self.read_letters().await?;
+        let warnings = self.warnings(&read);
         let (items, unseen) = (read.items, read.unseen);
+        // The summary: a line, or with --json one object.
+        let summary = |exported: usize, deleted: Option<usize>, not_deleted: &[&str]| {
+            if json {
+                let value = serde_json::json!({
+                    "file": file.display().to_string(),
+                    "exported": exported,
+                    "deleted": deleted,
+                    "not_deleted": not_deleted,
+                    "unseen": unseen,
+                    "warnings": warnings,
+                });
+                println!("{value}");
+            } else if let Some(deleted) = deleted {
+                println!(
+                    "exported {exported} to {}, deleted {deleted}",
+                    file.display()
+                );
+            } else {
+                println!("exported {exported} to {}", file.display());
+            }
+        };
         let letters: Vec<DeadMessage> = items.iter().map(|(m, _)| m.clone()).collect();
         let firsts = match first_enqueued_times(self.dlq.peek(), &letters).await {
             Ok(f) => f,
@@ -76,7 +104,7 @@ impl Ctx {
                 eprintln!("the file does not read back whole: nothing deleted");
                 return Ok(ExitCode::FAILURE);
             }
-            println!("exported {} to {}", items.len(), file.display());
+            summary(items.len(), None, &[]);
             if unseen > 0 {
                 eprintln!("idemq dlq: {}", unseen_warning(unseen));
                 return Ok(ExitCode::FAILURE);
@@ -97,11 +125,10 @@ impl Ctx {
         for id in &not_deleted {
             eprintln!("failed: {id}: exported but not deleted");
         }
-        println!(
-            "exported {} to {}, deleted {}",
+        summary(
             messages.len(),
-            file.display(),
-            messages.len() - not_deleted.len()
+            Some(messages.len() - not_deleted.len()),
+            &not_deleted,
         );
         if unseen > 0 {
             // The deleted letters unblock their groups: a second export
@@ -210,6 +237,7 @@ pub(super) async fn import(
     to: &str,
     resolver: &JobIdResolver,
     age: AgeRule,
+    json: bool,
 ) -> CmdResult {
     let input = match File::open(file) {
         Ok(f) => f,
@@ -245,6 +273,40 @@ pub(super) async fn import(
     }
     for (number, why) in &report.past_horizon {
         eprintln!("past horizon: line {number}: {why}");
+    }
+    if json {
+        let failures: Vec<serde_json::Value> = report
+            .failures
+            .iter()
+            .map(|f| match f {
+                ImportFailure::Line(number, why) => {
+                    serde_json::json!({"line": number, "error": why})
+                }
+                ImportFailure::Unreadable(e) => {
+                    serde_json::json!({"line": null, "error": e.to_string()})
+                }
+            })
+            .collect();
+        let lines = |v: &[(usize, String)]| -> Vec<serde_json::Value> {
+            v.iter()
+                .map(|(line, why)| serde_json::json!({"line": line, "why": why}))
+                .collect()
+        };
+        let value = serde_json::json!({
+            "file": file.display().to_string(),
+            "to": to,
+            "sent": report.sent,
+            "failures": failures,
+            "past_horizon": lines(&report.past_horizon),
+            "forced": lines(&report.forced),
+            "complete": report.is_complete(),
+        });
+        println!("{value}");
+        return Ok(if report.is_complete() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
     let mut summary = format!("imported {}, failed {}", report.sent, report.failures.len());
     if !report.past_horizon.is_empty() {

@@ -4,15 +4,21 @@
 //! One file per concern: [`read`] (stats, list, show), [`redrive`] (ours
 //! and SQS's move task), [`archive`] (export, import). Each parses, calls
 //! the library (`idemq::dlq`: `inspect`, `redrive`, `archive`) and prints.
-//! This file holds the arguments and their bounds.
+//! [`consumer`] settles whose settings a command uses (flags, a Lambda
+//! function's configuration through [`function`], or this shell's
+//! environment). This file holds the arguments and their bounds.
+//!
+//! With `--json` each command prints one JSON object on stdout (`list`:
+//! one per letter, a line each), with a `warnings` array where it has
+//! any; what a person reads (progress, each failure as it happens) stays
+//! on stderr. Exit codes are the same with or without it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idemq::config::IdempotencyConfig;
 use idemq::dlq::archive::AgeRule;
-use idemq::dlq::inspect::{Dlq, DlqOptions, OpenError, Scanned};
+use idemq::dlq::inspect::{Dlq, DlqOptions, NoFailureRecords, OpenError, RecordsPlace, Scanned};
 use idemq::dlq::redrive::{Filter, MAX_CONCURRENCY, NativeRate, Rate, RedriveOptions};
 use idemq::horizon::ReplayHorizon;
 use idemq::job::JobIdResolver;
@@ -20,6 +26,8 @@ use idemq::job::JobIdResolver;
 use crate::{StoreKind, usage_error};
 
 mod archive;
+mod consumer;
+pub(crate) mod function;
 mod read;
 mod redrive;
 
@@ -36,19 +44,29 @@ pub struct DlqArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 struct Common {
-    /// The dead-letter queue.
-    #[arg(long, env = "IDEMQ_DLQ_URL")]
-    dlq_url: String,
-    /// The idemq table, for failure records (the whole error chain). Key
-    /// names and prefix come from IDEMQ_ATTR_PK / IDEMQ_KEY_PREFIX, as for
-    /// the consumer.
-    #[arg(long, env = "IDEMQ_TABLE")]
+    /// Read the consumer's settings from this Lambda function (name, ARN,
+    /// or NAME:ALIAS): its IDEMQ_* environment (GetFunctionConfiguration)
+    /// instead of this shell's, and its DLQ through its SQS event source's
+    /// RedrivePolicy. Flags still win; what was read from where is printed
+    /// on stderr.
+    #[arg(long, value_name = "NAME_OR_ARN")]
+    function: Option<String>,
+    /// The dead-letter queue [default: IDEMQ_DLQ_URL, or the function's].
+    #[arg(long)]
+    dlq_url: Option<String>,
+    /// The idemq table, for failure records (the whole error chain)
+    /// [default: IDEMQ_TABLE, or the function's]. Key names, prefix and
+    /// namespace come from IDEMQ_ATTR_PK / IDEMQ_KEY_PREFIX /
+    /// IDEMQ_NAMESPACE, as for the consumer.
+    #[arg(long)]
     table: Option<String>,
     /// Where the consumer keeps its failure records: the table above, or
     /// (`postgres`, in a binary built with the `postgres` feature) the
-    /// schema of IDEMQ_POSTGRES_URL / IDEMQ_POSTGRES_SCHEMA.
-    #[arg(long, value_enum, default_value_t = StoreKind::Dynamodb)]
-    store: StoreKind,
+    /// schema of IDEMQ_POSTGRES_URL / IDEMQ_POSTGRES_SCHEMA [default:
+    /// dynamodb; with --function, postgres when the function has a
+    /// PostgreSQL URL and no IDEMQ_TABLE].
+    #[arg(long, value_enum)]
+    store: Option<StoreKind>,
     /// Seconds each message stays invisible while it is read; then it is
     /// made visible again (1 to 43200, SQS's 12-hour limit).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_HOLD_SECS))]
@@ -61,10 +79,12 @@ enum DlqCommand {
     Stats {
         #[command(flatten)]
         common: Common,
+        /// One JSON object: the stats and `warnings`.
         #[arg(long)]
         json: bool,
     },
-    /// One row per dead letter (JSON lines with --json).
+    /// One row per dead letter (--json: a JSON object per line, each with
+    /// `failure_record`, whether the letter's record was found).
     List {
         #[command(flatten)]
         common: Common,
@@ -79,6 +99,10 @@ enum DlqCommand {
         /// Print the payload too (it may hold personal data).
         #[arg(long)]
         payload: bool,
+        /// One JSON object: `found`, the `letter` (with its attributes;
+        /// its `payload` with --payload), the `failure_record`, `warnings`.
+        #[arg(long)]
+        json: bool,
     },
     /// Move dead letters back to their source queue: sent first, then
     /// deleted, so a kill at any instant loses nothing. Each copy carries
@@ -139,6 +163,10 @@ enum DlqCommand {
         /// for them to come back, and move them too.
         #[arg(long, value_parser = parse_wait)]
         wait: Option<Duration>,
+        /// One JSON object: what was (or would be) moved, skipped, failed
+        /// and left, and `complete`.
+        #[arg(long)]
+        json: bool,
     },
     /// Write every dead letter with its attributes and context as JSON lines
     /// (a new file, mode 0600).
@@ -153,6 +181,10 @@ enum DlqCommand {
         /// Replace the file if it exists.
         #[arg(long)]
         force: bool,
+        /// One JSON object: `file`, `exported`, `deleted`, `not_deleted`,
+        /// `unseen`, `warnings`.
+        #[arg(long)]
+        json: bool,
     },
     /// Send the messages of an export to a queue, as they were, each with
     /// idemq-job-id = the id the consumer resolved and its job's
@@ -160,22 +192,61 @@ enum DlqCommand {
     /// ago than the marker TTL (IDEMQ_MARKER_TTL) less a day are not sent.
     Import {
         file: PathBuf,
-        #[arg(long)]
-        to: String,
+        /// The queue to send to [default: with --function, the function's
+        /// SQS source queue].
+        #[arg(long, required_unless_present = "function")]
+        to: Option<String>,
+        /// Read the consumer's settings (IDEMQ_JOB_ID_POINTER,
+        /// IDEMQ_ENVELOPE, IDEMQ_MARKER_TTL) from this Lambda function, and
+        /// send to its SQS source queue unless --to says otherwise.
+        #[arg(long, value_name = "NAME_OR_ARN")]
+        function: Option<String>,
         /// Send those too, stamped as enqueued now (their jobs may be
         /// applied twice).
         #[arg(long)]
         allow_expired_markers: bool,
+        /// One JSON object: `sent`, `failures`, `past_horizon`, `forced`,
+        /// `complete`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    // Whose settings: the flags, then --function's configuration, or else
+    // this shell's environment.
+    let wanted = match &args.command {
+        DlqCommand::Stats { common, .. }
+        | DlqCommand::List { common, .. }
+        | DlqCommand::Show { common, .. }
+        | DlqCommand::Redrive { common, .. }
+        | DlqCommand::Export { common, .. } => consumer::Wanted {
+            function: common.function.clone(),
+            dlq_url: common.dlq_url.clone(),
+            needs_dlq: true,
+            table: common.table.clone(),
+            store: common.store,
+            source_queue: false,
+        },
+        DlqCommand::Import { function, to, .. } => consumer::Wanted {
+            function: function.clone(),
+            dlq_url: None,
+            needs_dlq: false,
+            table: None,
+            store: None,
+            source_queue: to.is_none(),
+        },
+    };
+    let consumer = match consumer::resolve(wanted, sdk, &sqs).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     // The consumer's own settings: its job-id resolver (records are
     // stored, and copies stamped, under the id it resolves) and its marker
     // TTL (no copy is sent that its markers may have forgotten).
-    let (resolver, horizon) = match IdempotencyConfig::from_env() {
+    let (resolver, horizon) = match consumer.env.behaviour() {
         Ok(c) => (c.job_id, ReplayHorizon::new(c.marker_ttl)),
         Err(e) => return usage_error(&e.to_string()),
     };
@@ -205,6 +276,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             allow_expired_markers,
             concurrency,
             wait,
+            json,
             ..
         } => {
             let filter = Filter::from_flags(
@@ -228,7 +300,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 (horizon, allow_expired_markers),
             );
             match plan {
-                Ok(p) => Plan::Redrive(p),
+                Ok(p) => Plan::Redrive(p, json),
                 Err(msg) => return usage_error(&msg),
             }
         }
@@ -236,30 +308,71 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     };
     let ctx = match common {
         Some(c) => {
+            let Some(dlq_url) = consumer.dlq_url.clone() else {
+                return usage_error(
+                    "--dlq-url is required (or IDEMQ_DLQ_URL, or --function NAME to find the \
+                     function's DLQ)",
+                );
+            };
             let options = DlqOptions {
-                dlq_url: c.dlq_url,
-                table: c.table,
+                dlq_url,
+                table: None,
                 hold: Duration::from_secs(c.hold_secs),
                 resolver: resolver.clone(),
                 explicit_destination,
             };
-            let opened = match c.store {
-                StoreKind::Dynamodb => Dlq::connect(sqs.clone(), ddb, options).await,
+            let (opened, place) = match consumer.store {
+                StoreKind::Dynamodb => {
+                    let layout = match consumer.env.layout(consumer.table.as_deref()) {
+                        Ok(l) => l,
+                        Err(e) => return usage_error(&e.to_string()),
+                    };
+                    let place =
+                        layout
+                            .as_ref()
+                            .map_or(RecordsPlace::None, |l| RecordsPlace::Dynamodb {
+                                table: l.table_name.clone(),
+                                key_prefix: l.key_prefix.clone(),
+                                namespace: l.namespace.clone(),
+                            });
+                    (
+                        Dlq::connect_with_layout(sqs.clone(), ddb, layout, options).await,
+                        place,
+                    )
+                }
                 #[cfg(feature = "postgres")]
-                StoreKind::Postgres => match crate::postgres_store(sdk) {
-                    Ok(store) => {
-                        Dlq::connect_with_records(
-                            sqs.clone(),
-                            Some(store.failure_records()),
-                            options,
-                        )
-                        .await
-                    }
-                    Err(e) => return usage_error(&e),
-                },
+                StoreKind::Postgres => {
+                    let store = consumer
+                        .env
+                        .postgres(sdk)
+                        .map_err(|e| e.to_string())
+                        .and_then(|config| {
+                            let schema = config.schema().to_owned();
+                            idemq::postgres::Postgres::new(config)
+                                .map(|store| (store, schema))
+                                .map_err(|e| e.to_string())
+                        });
+                    let (store, schema) = match store {
+                        Ok(s) => s,
+                        Err(e) => return usage_error(&e),
+                    };
+                    let place = RecordsPlace::Postgres {
+                        schema,
+                        namespace: consumer.env.namespace().map(str::to_owned),
+                    };
+                    let records = Some(store.failure_records());
+                    (
+                        Dlq::connect_with_records(sqs.clone(), records, options).await,
+                        place,
+                    )
+                }
             };
             match opened {
-                Ok(dlq) => Some(Ctx { dlq, horizon }),
+                Ok(dlq) => Some(Ctx {
+                    dlq,
+                    horizon,
+                    place,
+                }),
                 Err(e) => return open_failed(&e),
             }
         }
@@ -267,38 +380,56 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     };
     let result = match (plan, ctx) {
         (
-            Plan::Redrive(RedrivePlan::Native {
-                cancel,
-                force,
-                to,
-                rate,
-                allow_expired_markers,
-            }),
+            Plan::Redrive(
+                RedrivePlan::Native {
+                    cancel,
+                    force,
+                    to,
+                    rate,
+                    allow_expired_markers,
+                },
+                json,
+            ),
             Some(ctx),
         ) => {
-            ctx.native(cancel, force, to.as_deref(), rate, allow_expired_markers)
-                .await
+            ctx.native(
+                cancel,
+                force,
+                to.as_deref(),
+                rate,
+                allow_expired_markers,
+                json,
+            )
+            .await
         }
-        (Plan::Redrive(RedrivePlan::Ours(options)), Some(ctx)) => ctx.redrive(*options).await,
+        (Plan::Redrive(RedrivePlan::Ours(options), json), Some(ctx)) => {
+            ctx.redrive(*options, json).await
+        }
         (Plan::Other(DlqCommand::Stats { json, .. }), Some(ctx)) => ctx.stats(json).await,
         (Plan::Other(DlqCommand::List { json, .. }), Some(ctx)) => ctx.list(json).await,
-        (Plan::Other(DlqCommand::Show { id, payload, .. }), Some(ctx)) => {
-            ctx.show(&id, payload).await
-        }
+        (
+            Plan::Other(DlqCommand::Show {
+                id, payload, json, ..
+            }),
+            Some(ctx),
+        ) => ctx.show(&id, payload, json).await,
         (
             Plan::Other(DlqCommand::Export {
                 file,
                 delete,
                 force,
+                json,
                 ..
             }),
             Some(ctx),
-        ) => ctx.export(&file, delete, force).await,
+        ) => ctx.export(&file, delete, force, json).await,
         (
             Plan::Other(DlqCommand::Import {
                 file,
                 to,
                 allow_expired_markers,
+                json,
+                ..
             }),
             _,
         ) => {
@@ -306,7 +437,10 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 horizon,
                 allow_expired_markers,
             };
-            archive::import(&sqs, &file, &to, &resolver, age).await
+            let Some(to) = to.or(consumer.source_url) else {
+                return usage_error("--to is required (or --function NAME: its SQS source queue)");
+            };
+            archive::import(&sqs, &file, &to, &resolver, age, json).await
         }
         (_, _) => unreachable!("every command but import has common arguments"),
     };
@@ -325,7 +459,8 @@ type CmdResult = Result<ExitCode, Box<dyn std::error::Error>>;
 /// the size of its largest variant is not worth a box.
 #[allow(clippy::large_enum_variant)]
 enum Plan {
-    Redrive(RedrivePlan),
+    /// The redrive, and `--json`.
+    Redrive(RedrivePlan, bool),
     Other(DlqCommand),
 }
 
@@ -407,6 +542,8 @@ struct Ctx {
     dlq: Dlq,
     /// The consumer's marker TTL less a day: no copy of an older job.
     horizon: ReplayHorizon,
+    /// Where its failure records are looked for.
+    place: RecordsPlace,
 }
 
 impl Ctx {
@@ -421,6 +558,17 @@ impl Ctx {
             .await?;
         bar.finish_and_clear();
         Ok(read)
+    }
+
+    /// The warnings of a command that read `read`: the letters' failure
+    /// records were looked for where the consumer keeps none. Printed on
+    /// stderr at once; returned for a command's JSON (`warnings`).
+    fn warnings(&self, read: &Scanned) -> Vec<NoFailureRecords> {
+        let warning = NoFailureRecords::check(&read.items, &self.place, self.dlq.source_queues());
+        if let Some(w) = &warning {
+            eprintln!("warning: {}", w.message);
+        }
+        warning.into_iter().collect()
     }
 }
 
@@ -478,6 +626,18 @@ mod tests {
             )
             .map(|_| ())
         };
+        let import = |args: &[&str]| {
+            Cli::try_parse_from(["idemq", "import", "f.jsonl"].iter().chain(args)).map(|_| ())
+        };
+        assert!(import(&[]).is_err(), "--to or --function");
+        assert!(import(&["--to", "http://x/q"]).is_ok());
+        assert!(import(&["--function", "orders"]).is_ok());
+        let list =
+            |args: &[&str]| Cli::try_parse_from(["idemq", "list"].iter().chain(args)).map(|_| ());
+        assert!(
+            list(&["--function", "orders"]).is_ok(),
+            "no --dlq-url needed"
+        );
         assert!(redrive(&["--concurrency", "32"]).is_ok());
         assert!(redrive(&["--concurrency", "33"]).is_err());
         assert!(redrive(&["--concurrency", "0"]).is_err());

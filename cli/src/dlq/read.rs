@@ -23,12 +23,15 @@ impl Ctx {
         let depth = self.dlq.peek().depth().await?;
         let read = self.read_letters().await?;
         self.dlq.release(&read.items).await;
+        let warnings = self.warnings(&read);
         let stats = Stats::of(&self.dlq.info().name, depth, read, idemq::clock::now());
         let unseen = stats.unseen;
         if json {
             // Through a `Value`, so that keys come out as serde_json orders
             // an object's (as they always have), not in field order.
-            println!("{}", serde_json::to_value(&stats)?);
+            let mut value = serde_json::to_value(&stats)?;
+            value["warnings"] = serde_json::to_value(&warnings)?;
+            println!("{value}");
             return Ok(finish(unseen));
         }
         println!(
@@ -61,6 +64,9 @@ impl Ctx {
     pub(super) async fn list(&self, json: bool) -> CmdResult {
         let read = self.read_letters().await?;
         self.dlq.release(&read.items).await;
+        // On stderr: stdout's lines are the letters (each row's
+        // `failure_record` says the same, letter by letter).
+        self.warnings(&read);
         let unseen = read.unseen;
         let letters = letters(read.items);
         let rows: Vec<Row> = letters.iter().map(Row::of).collect();
@@ -118,17 +124,46 @@ impl Ctx {
         Ok(finish(unseen))
     }
 
-    pub(super) async fn show(&self, id: &str, payload: bool) -> CmdResult {
+    pub(super) async fn show(&self, id: &str, payload: bool, json: bool) -> CmdResult {
         let read = self.read_letters().await?;
         self.dlq.release(&read.items).await;
+        let warnings = self.warnings(&read);
         let unseen = read.unseen;
         let letters = letters(read.items);
+        let found = find_letter(&letters, id);
+        if json {
+            let record = match found {
+                Some(l) if !l.context.failure_record => None,
+                Some(l) => {
+                    let key = l.context.job_id.as_deref().unwrap_or(&l.context.message_id);
+                    self.dlq.failure_record(key).await?
+                }
+                None => self.dlq.failure_record(id).await?,
+            };
+            let value = serde_json::json!({
+                "id": id,
+                "found": found.is_some(),
+                "letter": found.map(|l| letter_json(l, payload)),
+                "failure_record": record.as_ref().map(record_json),
+                "unseen": unseen,
+                "warnings": warnings,
+            });
+            println!("{value}");
+            if found.is_none() && unseen > 0 {
+                eprintln!("idemq dlq: {}", unseen_warning(unseen));
+            }
+            return Ok(if found.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
         let Some(Letter {
             message: msg,
             context: c,
             copies,
             conflicting,
-        }) = find_letter(&letters, id)
+        }) = found
         else {
             if unseen > 0 {
                 eprintln!("{id}: not among the letters read");
@@ -200,6 +235,48 @@ impl Ctx {
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// One letter for `show --json`: its context, copies and attributes
+/// (binary ones by size), and its payload only when asked for.
+fn letter_json(l: &Letter, payload: bool) -> serde_json::Value {
+    let attributes: serde_json::Map<String, serde_json::Value> = l
+        .message
+        .attributes
+        .iter()
+        .map(|(name, v)| {
+            let value = match v.string_value() {
+                Some(s) => serde_json::json!({"data_type": v.data_type(), "string_value": s}),
+                None => serde_json::json!({
+                    "data_type": v.data_type(),
+                    "binary_bytes": v.binary_value().map_or(0, |b| b.as_ref().len()),
+                }),
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    let mut value = serde_json::to_value(&l.context).unwrap_or_default();
+    value["copy_message_ids"] = serde_json::json!(l.copies);
+    value["conflicting"] = serde_json::json!(l.conflicting);
+    value["group_id"] = serde_json::json!(l.message.group_id());
+    value["attributes"] = serde_json::Value::Object(attributes);
+    if payload {
+        value["payload"] = serde_json::json!(l.message.body);
+    }
+    value
+}
+
+fn record_json(r: &FailureRecord) -> serde_json::Value {
+    serde_json::json!({
+        "job_id": r.job_id,
+        "message_id": r.message_id,
+        "attempt": r.attempt,
+        "failed_at": humantime::format_rfc3339_millis(r.failed_at).to_string(),
+        "kind": r.failure.kind.as_str(),
+        "error": r.failure.error,
+        "error_chain": r.failure.chain,
+        "source_queue": r.source_queue,
+    })
 }
 
 fn print_record(r: &FailureRecord) {

@@ -13,7 +13,7 @@ use idemq::dlq::redrive::{
 use super::{CmdResult, Ctx, unseen_warning};
 
 impl Ctx {
-    pub(super) async fn redrive(&self, options: RedriveOptions) -> CmdResult {
+    pub(super) async fn redrive(&self, options: RedriveOptions, json: bool) -> CmdResult {
         let dry_run = options.dry_run;
         let judging_errors = options.filter.error_contains.is_some();
         let total = match options.max {
@@ -33,6 +33,54 @@ impl Ctx {
             .run_waiting(&|moved, _seen| bar.set_position(moved as u64), &waiting)
             .await?;
         bar.finish_and_clear();
+        if json {
+            let refused = |v: &[idemq::dlq::redrive::Refused]| -> Vec<serde_json::Value> {
+                v.iter()
+                    .map(|r| {
+                        serde_json::json!({"message_id": r.message_id, "job_id": r.job_id, "why": r.why})
+                    })
+                    .collect()
+            };
+            let pairs = |v: &[(String, String)], a: &str, b: &str| -> Vec<serde_json::Value> {
+                v.iter()
+                    .map(|(x, y)| serde_json::json!({a: x, b: y}))
+                    .collect()
+            };
+            let moved: Vec<serde_json::Value> = report
+                .moved
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "message_id": c.message_id,
+                        "job_id": c.job_id,
+                        "last_error": one_line(&c.error_line(), usize::MAX),
+                    })
+                })
+                .collect();
+            let value = serde_json::json!({
+                "dry_run": dry_run,
+                "moved": moved,
+                "skipped": report.skipped,
+                "failed": pairs(&report.failed, "message_id", "error"),
+                "past_horizon": refused(&report.past_horizon),
+                "forced": refused(&report.forced),
+                "sent_not_deleted": report.sent_not_deleted,
+                "unjudged": report.unjudged,
+                "again": report.again,
+                "different_payload": pairs(&report.different_payload, "job_id", "message_id"),
+                "copies_removed": report.copies,
+                "copies_not_deleted": report.copies_not_deleted,
+                "unseen": report.unseen,
+                "held_elsewhere": report.held_elsewhere.as_ref().map(|h| h.to_string()),
+                "complete": report.is_complete(),
+            });
+            println!("{value}");
+            return Ok(if report.is_complete() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
         if dry_run {
             for c in &report.moved {
                 println!(
@@ -152,14 +200,19 @@ impl Ctx {
         to: Option<&str>,
         rate: Option<NativeRate>,
         allow_expired_markers: bool,
+        json: bool,
     ) -> CmdResult {
         let peek = self.dlq.peek();
         let sqs = peek.sqs();
         let dlq_arn = idemq::queue::arn(sqs, peek.dlq_url()).await?;
         if cancel {
-            match cancel_native(sqs, &dlq_arn).await? {
-                Some(moved) => println!("cancelled the move task after {moved} messages"),
-                None => println!("no move task is running"),
+            match (cancel_native(sqs, &dlq_arn).await?, json) {
+                (moved, true) => println!(
+                    "{}",
+                    serde_json::json!({"native": true, "cancelled": moved.is_some(), "moved": moved})
+                ),
+                (Some(moved), false) => println!("cancelled the move task after {moved} messages"),
+                (None, false) => println!("no move task is running"),
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -215,11 +268,24 @@ impl Ctx {
         })
         .await?;
         bar.finish_and_clear();
-        println!(
-            "native move task {}: moved {}",
-            task.status.to_lowercase(),
-            task.moved
-        );
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "native": true,
+                    "status": task.status.to_lowercase(),
+                    "moved": task.moved,
+                    "failure_reason": task.failure_reason,
+                    "complete": task.status == "COMPLETED",
+                })
+            );
+        } else {
+            println!(
+                "native move task {}: moved {}",
+                task.status.to_lowercase(),
+                task.moved
+            );
+        }
         if let Some(reason) = &task.failure_reason {
             eprintln!("failed: {reason}");
         }
