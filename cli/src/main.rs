@@ -111,6 +111,10 @@ struct InitArgs {
     /// table_deletion_protection = false), and accept an existing one without.
     #[arg(long)]
     no_deletion_protection: bool,
+    /// Print also what was created, the warnings and the violations in the
+    /// JSON object (`created`, `warnings`, `violations`).
+    #[arg(long)]
+    json: bool,
 }
 
 #[tokio::main]
@@ -230,10 +234,13 @@ async fn run_init(args: InitArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             for v in &report.violations {
                 eprintln!("idemq init: {v}");
             }
-            println!(
-                "{}",
-                serde_json::to_string(&report).expect("report serialises")
-            );
+            let mut value = serde_json::to_value(&report).expect("report serialises");
+            if args.json {
+                value["created"] = serde_json::json!(report.created);
+                value["warnings"] = serde_json::json!(report.warnings);
+                value["violations"] = serde_json::json!(report.violations);
+            }
+            println!("{value}");
             if report.violations.is_empty() {
                 ExitCode::SUCCESS
             } else {

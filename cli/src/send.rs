@@ -34,6 +34,11 @@ pub struct SendArgs {
     /// At most this many jobs per second.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// One JSON object on stdout when done: `sent`, `failed`, `seconds`,
+    /// and `failures` (each `line` and `error`; `line` null for input that
+    /// could not be read).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Lines read ahead of the sender, at most. With lines of at most
@@ -334,7 +339,14 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     });
 
     let bar = progress(total);
-    let fail = |f: String| bar.suspend(|| eprintln!("failed: {f}"));
+    // Each failure on stderr as it happens; kept for the JSON summary.
+    let mut failures: Vec<(Option<usize>, String)> = Vec::new();
+    let mut fail = |line: usize, e: String| {
+        bar.suspend(|| eprintln!("failed: line {line}: {e}"));
+        if args.json {
+            failures.push((Some(line), e));
+        }
+    };
     let (mut sent, mut failed, mut done) = (0usize, 0usize, 0usize);
     // Paced in chunks: one SendMessageBatch worth when rate-limited, larger
     // chunks (sent 4 batches at a time) when not.
@@ -366,7 +378,7 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                             job: Err(e),
                         }) => {
                             failed += 1;
-                            fail(format!("line {number}: {e}"));
+                            fail(number, e);
                         }
                         None => {}
                     }
@@ -381,7 +393,7 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                     Ok(_) => sent += 1,
                     Err(e) => {
                         failed += 1;
-                        fail(format!("line {number}: {e}"));
+                        fail(number, e.to_string());
                     }
                 }
             }
@@ -402,11 +414,26 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     if let Some(e) = &read_error {
         failed += 1;
         eprintln!("failed: cannot read the rest of the input: {e}");
+        failures.push((None, format!("cannot read the rest of the input: {e}")));
     }
-    println!(
-        "sent {sent}, failed {failed} ({:.1} s)",
-        start.elapsed().as_secs_f64()
-    );
+    let seconds = start.elapsed().as_secs_f64();
+    if args.json {
+        let failures: Vec<serde_json::Value> = failures
+            .iter()
+            .map(|(line, error)| serde_json::json!({"line": line, "error": error}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "sent": sent,
+                "failed": failed,
+                "seconds": (seconds * 10.0).round() / 10.0,
+                "failures": failures,
+            })
+        );
+    } else {
+        println!("sent {sent}, failed {failed} ({seconds:.1} s)");
+    }
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
