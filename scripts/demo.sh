@@ -8,6 +8,9 @@
 # STORE=postgres (`make demo STORE=postgres`): the same story on the
 # PostgreSQL store: examples/orders_postgres.rs books order payments in
 # the stack's PostgreSQL, driven and checked by tests/support/orders_demo.rs.
+#
+# The stack starts (on first run: installs) in the background while cargo
+# compiles: neither waits for the other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,11 +24,13 @@ esac
 # schema), order payments with duplicates, an outage and malformed jobs,
 # the orders example as a local worker, a check of every booking, status
 # and dead letter, and the operator's view.
-postgres_demo() {
+postgres_build() {
     # make test's features, so the demo reuses its build of the library.
     echo "== building idemq and the orders example (the first build compiles the AWS SDK: a few minutes)"
     cargo build --locked --workspace --features testing,postgres --bin idemq --example orders_postgres --example orders_demo
+}
 
+postgres_demo() {
     local run resources queue_url dlq_url
     run="demo-pg-$(date +%s)"
     echo "== idemq init --store postgres (queue, DLQ with maxReceiveCount 5, idemq's schema in PostgreSQL)"
@@ -56,16 +61,35 @@ postgres_demo() {
     echo "idemq.markers and idemq.failures (namespace $run). 'make stack-down' stops the stack."
 }
 
-scripts/stack.sh up
+# The DynamoDB demo's programs are the idemq-demo package's (demo/): the
+# ledger example and its driver, built without the root package's
+# dev-dependencies, which the demo never runs.
+dynamodb_build() {
+    echo "== building idemq and the ledger (the first build compiles the AWS SDK: a few minutes)"
+    cargo build --locked -p idemq-cli -p idemq-demo
+}
+
+mkdir -p .state/logs
+stack_log=.state/logs/demo-stack.log
+echo "== starting the local stack in the background (first run: installs it; log: $stack_log)"
+scripts/stack.sh up >"$stack_log" 2>&1 &
+stack_pid=$!
+# A failed build stops the demo, not the stack's start-up: it finishes
+# and stays up, as after any demo.
+"${store}_build"
+stack_ok=1
+wait "$stack_pid" || stack_ok=0
+cat "$stack_log"
+if [ "$stack_ok" = 0 ]; then
+    echo "the local stack did not start (log: $stack_log)" >&2
+    exit 1
+fi
 set -a; . .state/stack.env; set +a
 
 if [ "$store" = postgres ]; then
     postgres_demo
     exit
 fi
-
-echo "== building idemq and the ledger example (the first build compiles the AWS SDK: a few minutes)"
-cargo build --locked --workspace --bin idemq --example ledger --example ledger_demo
 
 run="demo-$(date +%s)"
 echo "== idemq init (queue, DLQ with maxReceiveCount 5, the templates' minimum, table)"
@@ -76,15 +100,15 @@ json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" <<<"$re
 queue_url=$(json queue_url); dlq_url=$(json dlq_url)
 
 echo "== sending transfers"
-target/debug/examples/ledger_demo send "$queue_url" ".state/$run.json"
+target/debug/ledger_demo send "$queue_url" ".state/$run.json"
 
 echo "== running the ledger as a local worker (exits after 6 s without messages)"
 # Short backoff so the outage account's retries finish in seconds, not minutes.
 IDEMQ_TABLE="$run" IDEMQ_BACKOFF_BASE=1s IDEMQ_BACKOFF_CAP=2s IDEMQ_LOG=error LEDGER_FAIL_ACCOUNTS=acct-outage \
-    target/debug/examples/ledger --queue-url "$queue_url" --exit-when-idle 6
+    target/debug/ledger --queue-url "$queue_url" --exit-when-idle 6
 
 echo "== what happened"
-target/debug/examples/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
+target/debug/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
 echo
 echo "== the operator's view: idemq dlq stats"
 target/debug/idemq dlq stats --dlq-url "$dlq_url" --table "$run"
