@@ -34,7 +34,7 @@ pub fn with_clients<H: Handler<Postgres>>(
 }
 
 /// Runs `handler` under the Lambda runtime when on Lambda, else as a local
-/// worker (flags as [`crate::worker::WorkerArgs`]; `--table` is not read),
+/// worker (flags as `idemq::worker::WorkerArgs`, feature `worker`; `--table` is not read),
 /// with idemq's logging defaults: what [`crate::run`] does for a DynamoDB
 /// handler.
 #[cfg(any(feature = "lambda", feature = "worker"))]
