@@ -72,6 +72,11 @@ def kms_needs(d: Deployment, actions: dict[str, str]) -> dict[str, str]:
     return out
 
 
+# Actions IAM cannot scope to a resource: a policy grants them on "*".
+# https://docs.aws.amazon.com/service-authorization/latest/reference/list_awslambda.html
+# (ListEventSourceMappings: no resource type).
+UNSCOPED = {"lambda:ListEventSourceMappings"}
+
 OPERATOR_SCOPE: dict[str, set[str]] = {
     "sqs:GetQueueUrl": {"source", "dlq"},
     "sqs:GetQueueAttributes": {"source", "dlq"},
@@ -86,6 +91,10 @@ OPERATOR_SCOPE: dict[str, set[str]] = {
     # Failure records only: a dynamodb:LeadingKeys condition (below).
     "dynamodb:GetItem": {"table"},
     "dynamodb:BatchGetItem": {"table"},
+    # `idemq dlq --function`: the consumer's settings from its
+    # configuration, its DLQ through its SQS event source.
+    "lambda:GetFunctionConfiguration": {"function"},
+    "lambda:ListEventSourceMappings": {"*"},
     **KMS_SCOPE,
 }
 
@@ -121,6 +130,10 @@ def _role_of(resource: str, d: Deployment) -> str:
         return "table"
     if kind == "log-group" and name == d.function.get("log_group"):
         return "log_group"
+    if kind == "function" and name == d.function.get("name"):
+        return "function"
+    if kind == "*":
+        return "*"
     if d.kms_key and resource == d.kms_key:
         return "kms_key"
     return f"other resource {resource}"
@@ -140,9 +153,14 @@ def check_grants(
     for action, resource in grants:
         if "*" in action:
             problems.append(f"{who}: wildcard action {action}")
-        # The one wildcard allowed: a log group's streams ("log-group:NAME:*"),
-        # whose names Lambda makes up at run time.
-        if "*" in resource and arn_key(resource)[0] != "log-group":
+        # The wildcards allowed: a log group's streams ("log-group:NAME:*"),
+        # whose names Lambda makes up at run time; a function's versions and
+        # aliases ("function:NAME:*"); "*" for an action that takes no
+        # resource (UNSCOPED).
+        kind = arn_key(resource)[0]
+        if "*" in resource and kind not in ("log-group", "function") and not (
+            resource == "*" and action in UNSCOPED
+        ):
             problems.append(f"{who}: wildcard resource {resource}")
         granted.add((action, _role_of(resource, d)))
     expected: set[tuple[str, str]] = set()

@@ -105,7 +105,8 @@ EXTRA_POLICY_NAMES = {"effect-tables", "follow-up-queues", "handler"}
 
 
 def arn_key(arn: str) -> tuple[str, str]:
-    """An ARN as (kind, name): ("sqs", q), ("table", t), ("log-group", g), ("*", "*")."""
+    """An ARN as (kind, name): ("sqs", q), ("table", t), ("log-group", g),
+    ("function", f), ("*", "*")."""
     if arn == "*":
         return ("*", "*")
     m = re.fullmatch(r"arn:aws:sqs:[^:]+:[^:]+:([^:]+)", arn)
@@ -119,6 +120,10 @@ def arn_key(arn: str) -> tuple[str, str]:
     m = re.fullmatch(r"arn:aws:logs:[^:]+:[^:]+:log-group:([^:*]+)(:\*|:log-stream:\*)?", arn)
     if m:
         return ("log-group", m.group(1))
+    # A function, or any of its versions and aliases ("function:NAME:*").
+    m = re.fullmatch(r"arn:aws:lambda:[^:]+:[^:]+:function:([^:*]+)(:\*)?", arn)
+    if m:
+        return ("function", m.group(1))
     return ("other", arn)
 
 

@@ -1,6 +1,6 @@
 # Optional: what the `idemq` CLI calls on this deployment's resources, to
 # attach to the roles that run it. tests/infra derives both action lists from
-# the code reachable from src/bin/idemq: `idemq init` for the bootstrap
+# the code reachable from cli/src/main.rs: `idemq init` for the bootstrap
 # policy, every other subcommand for the operator policy.
 data "aws_iam_policy_document" "operator" {
   # send (and dlq redrive/import, and the native redrive's move task) send
@@ -52,6 +52,22 @@ data "aws_iam_policy_document" "operator" {
       variable = "dynamodb:LeadingKeys"
       values   = ["${local.key_prefix}*"]
     }
+  }
+
+  # dlq --function: the consumer's settings from the function's
+  # configuration (a version or alias too: NAME:*), and its DLQ through its
+  # SQS event source. ListEventSourceMappings takes no resource, so "*":
+  # https://docs.aws.amazon.com/service-authorization/latest/reference/list_awslambda.html
+  statement {
+    sid       = "ConsumerFunction"
+    actions   = ["lambda:GetFunctionConfiguration"]
+    resources = [aws_lambda_function.this.arn, "${aws_lambda_function.this.arn}:*"]
+  }
+
+  statement {
+    sid       = "EventSourceMappings"
+    actions   = ["lambda:ListEventSourceMappings"]
+    resources = ["*"]
   }
 }
 
