@@ -4,7 +4,8 @@
 #
 #   1. `idemq new`: a function crate (a handler against its own table, its
 #      unit test, sample jobs, SAM and Terraform files);
-#   2. `cargo test`: the handler through the real batch code, in memory;
+#   2. `cargo test`: the handler through the real batch code, in memory,
+#      and `cargo tree`: the function compiles no CLI crate;
 #   3. `idemq stack up` from the crate: SQS, DynamoDB and PostgreSQL;
 #   4. `idemq init`, the function's own table, `idemq send` of the sample
 #      jobs (one sent twice, one that can never succeed), the function as a
@@ -57,7 +58,13 @@ cd "$crate"
 cp "$REPO/Cargo.lock" Cargo.lock
 
 step "cargo test"
-cargo test --locked
+cargo test
+
+step "cargo tree: the function (default features) compiles no CLI, clap, progress-bar or PostgreSQL crate"
+heavy=$(cargo tree -e normal --prefix none | grep -E '^(idemq-cli|clap|indicatif|tokio-postgres|aws-sdk-sns) v' | sort -u || true)
+[ -z "$heavy" ] || die "the function compiles crates it does not need:
+$heavy"
+cargo tree -e normal --depth 1
 
 step "idemq stack up"
 idemq stack up
@@ -82,7 +89,7 @@ idemq send --queue-url "$QUEUE_URL" --job-id-pointer /order_id jobs.jsonl
 
 step "the function as a local worker"
 ORDERS_TABLE=shop-orders-orders IDEMQ_TABLE=shop-orders-idemq \
-    cargo run --locked --features local -- --queue-url "$QUEUE_URL" --exit-when-idle 5
+    cargo run --features local -- --queue-url "$QUEUE_URL" --exit-when-idle 5
 
 step "each order counted once"
 customer() {
