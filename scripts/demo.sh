@@ -63,10 +63,11 @@ postgres_demo() {
 
 # The DynamoDB demo's programs are the idemq-demo package's (demo/): the
 # ledger example and its driver, built without the root package's
-# dev-dependencies, which the demo never runs.
+# dev-dependencies, which the demo never runs, and with the demo profile
+# (Cargo.toml: no optimisation; compiling is most of a cold demo's time).
 dynamodb_build() {
     echo "== building idemq and the ledger (the first build compiles the AWS SDK: a few minutes)"
-    cargo build --locked -p idemq-cli -p idemq-demo
+    cargo build --locked --profile demo -p idemq-cli -p idemq-demo
 }
 
 mkdir -p .state/logs
@@ -93,27 +94,27 @@ fi
 
 run="demo-$(date +%s)"
 echo "== idemq init (queue, DLQ with maxReceiveCount 5, the templates' minimum, table)"
-resources=$(target/debug/idemq init --queue-name "$run" --table-name "$run" \
+resources=$(target/demo/idemq init --queue-name "$run" --table-name "$run" \
     --max-receive-count 5 --visibility-timeout-secs 10)
 echo "$resources"
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" <<<"$resources"; }
 queue_url=$(json queue_url); dlq_url=$(json dlq_url)
 
 echo "== sending transfers"
-target/debug/ledger_demo send "$queue_url" ".state/$run.json"
+target/demo/ledger_demo send "$queue_url" ".state/$run.json"
 
 echo "== running the ledger as a local worker (exits after 6 s without messages)"
 # Short backoff so the outage account's retries finish in seconds, not minutes.
 IDEMQ_TABLE="$run" IDEMQ_BACKOFF_BASE=1s IDEMQ_BACKOFF_CAP=2s IDEMQ_LOG=error LEDGER_FAIL_ACCOUNTS=acct-outage \
-    target/debug/ledger --queue-url "$queue_url" --exit-when-idle 6
+    target/demo/ledger --queue-url "$queue_url" --exit-when-idle 6
 
 echo "== what happened"
-target/debug/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
+target/demo/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
 echo
 echo "== the operator's view: idemq dlq stats"
-target/debug/idemq dlq stats --dlq-url "$dlq_url" --table "$run"
+target/demo/idemq dlq stats --dlq-url "$dlq_url" --table "$run"
 echo
 echo "Once the outage is over, replay the dead letters safely:"
 echo "  set -a; . .state/stack.env; set +a"
-echo "  target/debug/idemq dlq redrive --dlq-url $dlq_url --table $run --error-contains outage"
+echo "  target/demo/idemq dlq redrive --dlq-url $dlq_url --table $run --error-contains outage"
 echo "The stack is still running: 'make stack-down' stops it."
