@@ -10,7 +10,7 @@ WITH_STACK := set -a && . .state/stack.env && set +a &&
 .PHONY: help demo test artifacts test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench-postgres bench bench-peers bench-quick bench-size bench-sim
 
 help:
-	@echo "make demo        run idemq on the local AWS stack and show what it did (STORE=postgres: the orders example on PostgreSQL)"
+	@echo "make demo        run idemq on the local AWS stack and show what it did (cold: ~3 min; STORE=postgres: the orders example on PostgreSQL)"
 	@echo "make test        all tests (starts and stops the local stack)"
 	@echo "make artifacts   build each shipped artifact as its user does (library feature sets, functions, cargo install, cargo package)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
