@@ -138,6 +138,7 @@ functions() {
 }
 
 # The packaged crates are what users download: `cargo package --workspace`
+# (less the unpublished demo package, which `make demo` builds on its own)
 # packs the library (idemq) and the operator CLI (idemq-cli) and verifies
 # each by building its unpacked copy (lib and bins, default features, no
 # dev-dependencies) in target/package, the CLI against the packed library
@@ -146,7 +147,7 @@ functions() {
 # unpacked copy, as `cargo install idemq-cli` builds it, and run.
 package_and_binary() {
     run "packages (cargo package)" "default" \
-        cargo package --quiet --locked --allow-dirty --workspace
+        cargo package --quiet --locked --allow-dirty --workspace --exclude idemq-demo
     local unpacked root version
     version=$(cargo metadata --locked --no-deps --format-version 1 |
         python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "idemq-cli"))')
