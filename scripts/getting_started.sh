@@ -95,7 +95,7 @@ step "each order counted once"
 customer() {
     aws dynamodb get-item --table-name shop-orders-orders --consistent-read \
         --key "{\"pk\": {\"S\": \"customer#$1\"}}" |
-        python3 -c 'import json, sys; i = json.load(sys.stdin).get("Item", {}); print(i.get("total_cents", {}).get("N", "-"), i.get("orders", {}).get("N", "-"))'
+        python3 -c 'import json, sys; t = sys.stdin.read(); i = json.loads(t).get("Item", {}) if t.strip() else {}; print(i.get("total_cents", {}).get("N", "-"), i.get("orders", {}).get("N", "-"))'
 }
 for want in "alice 1650 2" "bob 990 1" "carol - -"; do
     read -r who total orders <<<"$want"
