@@ -9,8 +9,9 @@
 #   3. `idemq stack up` from the crate: SQS, DynamoDB and PostgreSQL;
 #   4. `idemq init`, the function's own table, `idemq send` of the sample
 #      jobs (one sent twice, one that can never succeed), the function as a
-#      local worker; then a check that each order counted once and that
-#      the bad one is a dead letter whose context `idemq dlq` shows;
+#      local worker, then under `cargo lambda watch` with one SQS event
+#      delivered twice; a check that each order counted once and that the
+#      bad one is a dead letter whose context `idemq dlq` shows;
 #   5. the crate's deployment rendered and checked: cfn-lint and idemq's
 #      rules over its SAM template, terraform fmt and the same rules over
 #      its Terraform root module (scripts/infra_test.sh --project).
@@ -103,6 +104,27 @@ for want in "alice 1650 2" "bob 990 1" "carol - -"; do
     [ "$got" = "$total $orders" ] || die "$who: total and orders $got, expected $total $orders"
     echo "  $who: total_cents $total, orders $orders"
 done
+
+step "the same function under cargo lambda watch: event.json (order o-9) invoked twice"
+# cargo-lambda from PATH, or the pinned one scripts/lambda.sh installed.
+cargo_lambda=$(command -v cargo-lambda || echo "$REPO/.state/venv-tools/bin/cargo-lambda")
+[ -x "$cargo_lambda" ] || die "no cargo-lambda (pip install cargo-lambda, or scripts/lambda.sh up once)"
+cargo build   # what watch runs, built before it starts (its first invoke then answers at once)
+ORDERS_TABLE=shop-orders-orders IDEMQ_TABLE=shop-orders-idemq \
+    setsid "$cargo_lambda" lambda watch --invoke-address 127.0.0.1 --invoke-port 9011 >"$work/watch.log" 2>&1 &
+watch_pid=$!
+stop_watch() { kill -- -"$watch_pid" 2>/dev/null || true; wait "$watch_pid" 2>/dev/null || true; }
+for _ in $(seq 60); do (echo >/dev/tcp/127.0.0.1/9011) 2>/dev/null && break; sleep 1; done
+for attempt in first again; do
+    answer=$("$cargo_lambda" lambda invoke --invoke-address 127.0.0.1 --invoke-port 9011 --data-file event.json) ||
+        { stop_watch; tail -n 30 "$work/watch.log" >&2; die "cargo lambda invoke failed"; }
+    echo "  $attempt: $answer"
+    [ "$answer" = '{"batchItemFailures":[]}' ] || { stop_watch; die "o-9 was not processed: $answer"; }
+done
+stop_watch
+got=$(customer dave)
+[ "$got" = "700 1" ] || die "dave: total and orders $got, expected 700 1 (o-9 once)"
+echo "  dave: total_cents 700, orders 1"
 
 step "the dead letter and its context (idemq dlq list)"
 letters=$(idemq dlq list --dlq-url "$DLQ_URL" --table shop-orders-idemq --json)

@@ -191,8 +191,27 @@ async fn queue_info<H: Handler<S>, S: Store>(
     Ok(info)
 }
 
+/// Deadlines below this many milliseconds are not times (they would be on
+/// the first day of 1970): `cargo lambda watch` 1.9.2, the Lambda emulator
+/// users run locally, sends the constant `Lambda-Runtime-Deadline-Ms:
+/// 600000` with every invocation instead of start + timeout. Read as the
+/// duration it stands for (10 minutes from now); taken for a time, it
+/// would leave every job of every batch unstarted.
+const NOT_A_TIME_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// The invocation's deadline (epoch milliseconds) as an `Instant`.
 fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
+    if deadline_ms < NOT_A_TIME_MS {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                deadline_ms,
+                "the invocation deadline is not a time (a local Lambda emulator's constant?): \
+                 read as {deadline_ms} ms from now"
+            )
+        });
+        return Instant::now() + Duration::from_millis(deadline_ms);
+    }
     let now_ms = crate::clock::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -244,4 +263,32 @@ pub fn from_event(record: &SqsMessage, received_at: Instant) -> Result<Message, 
             .as_deref()
             .and_then(crate::batch::epoch_ms),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn left(deadline: Instant) -> Duration {
+        deadline.saturating_duration_since(Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_is_a_time_unless_it_is_an_emulator_s_constant() {
+        let now_ms = crate::clock::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        // Lambda's: start + timeout, in epoch milliseconds.
+        // (The wall clock may tick between the two readings.)
+        let left_ms = left(deadline_from_epoch_ms(now_ms + 30_000)).as_millis();
+        assert!((29_900..=30_000).contains(&left_ms), "{left_ms} ms left");
+        // A time gone: no time left, so no job starts.
+        assert_eq!(left(deadline_from_epoch_ms(now_ms - 1)), Duration::ZERO);
+        // cargo lambda watch's constant: ten minutes from now, not 1970.
+        assert_eq!(
+            left(deadline_from_epoch_ms(600_000)),
+            Duration::from_secs(600)
+        );
+    }
 }

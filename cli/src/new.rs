@@ -42,6 +42,7 @@ const FILES: &[(&str, &str)] = &[
     template!("Cargo.toml", "Cargo.toml.tmpl"),
     template!("src/main.rs"),
     template!("jobs.jsonl"),
+    template!("event.json"),
     template!("README.md"),
     template!(".gitignore", "gitignore"),
     // SAM: the function and its own table, with idemq's nested template

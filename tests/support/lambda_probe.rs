@@ -27,8 +27,9 @@
 //! Lambda hands every invocation its deadline (`Lambda-Runtime-Deadline-Ms`,
 //! epoch milliseconds: start + the function timeout). `cargo lambda watch`
 //! 1.9.2 has no function timeout: it sends the constant `600000`, a time in
-//! 1970, so idemq would see every batch as already past its deadline and
-//! start no job. When `PROBE_FUNCTION_TIMEOUT` is set (e.g. `12s`) on a
+//! 1970, which idemq reads as ten minutes from now (src/lambda.rs): too long
+//! for the contract tests of a function's timeout. When
+//! `PROBE_FUNCTION_TIMEOUT` is set (e.g. `12s`) on a
 //! Lambda runtime, the probe puts a loopback relay between the runtime
 //! client and the Runtime API that passes everything through unchanged but
 //! that header, which it sets to "now + timeout" as each event is handed
