@@ -20,8 +20,8 @@
 #             SNS or PostgreSQL crate;
 #   package   the `.crate` files of the library and of the CLI (idemq-cli),
 #             unpacked and built by `cargo package`, and the `idemq`
-#             operator binary installed from the CLI's by
-#             `cargo install --locked`, as a user installs it, and run.
+#             operator binary installed by `cargo install --locked` of the
+#             CLI's package, as a user installs it, and run.
 #
 # Builds share target/ with `make test`; a dependency compiled with the
 # same features and profile is reused, so what this adds is mostly idemq's
@@ -143,19 +143,34 @@ functions() {
 # each by building its unpacked copy (lib and bins, default features, no
 # dev-dependencies) in target/package, the CLI against the packed library
 # (through a temporary local registry, as it will build against the
-# published one). The `idemq` command is then installed from the CLI's
-# unpacked copy, as `cargo install idemq-cli` builds it, and run.
+# published one). The `idemq` command is then installed as `cargo install
+# idemq-cli` builds it (its own features, no dev-dependencies, the locked
+# versions) from cli/: the unpacked copy names idemq by version only, and
+# `cargo install` of it would look for idemq in the registry, where this
+# version is not yet.
 package_and_binary() {
+    # The CLI is verified against the library packed a moment ago, served
+    # by a temporary local registry under the same name and version every
+    # run. Cargo takes a registry package as immutable: it keeps the
+    # extracted copy ($CARGO_HOME/registry/src/-<hash>/; a local registry's
+    # folder starts with "-", crates.io's never does) and the library
+    # compiled from it (target/debug), so a second run would verify the
+    # CLI against the first run's library. Both are removed first; the
+    # compiled ones are found by their dep-info, which names that copy.
+    rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/idemq-[0-9]* \
+        "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/-*/idemq-[0-9]*
+    local dep hash
+    for dep in $(grep -l 'registry/src/-[^/]*/idemq-' target/debug/deps/idemq-*.d 2>/dev/null); do
+        hash=${dep##*/idemq-}
+        hash=${hash%.d}
+        rm -rf "target/debug/.fingerprint/idemq-$hash" target/debug/deps/*idemq-"$hash".*
+    done
     run "packages (cargo package)" "default" \
         cargo package --quiet --locked --allow-dirty --workspace --exclude idemq-demo
-    local unpacked root version
-    version=$(cargo metadata --locked --no-deps --format-version 1 |
-        python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "idemq-cli"))')
-    unpacked=target/package/idemq-cli-$version
-    [ -d "$unpacked" ] || return 0
+    local root
     root=$(mktemp -d)
     run "idemq (cargo install idemq-cli)" "default" \
-        cargo install --quiet --locked --debug --path "$unpacked" --root "$root" --target-dir target
+        cargo install --quiet --locked --debug --path cli --root "$root" --target-dir target
     if [ -x "$root/bin/idemq" ]; then
         run "idemq (cargo install idemq-cli)" "idemq --help runs" \
             bash -c '"$1" --help >/dev/null' _ "$root/bin/idemq"
