@@ -67,7 +67,7 @@ postgres_demo() {
 # (Cargo.toml: no optimisation; compiling is most of a cold demo's time).
 dynamodb_build() {
     echo "== building idemq and the ledger (the first build compiles the AWS SDK: a few minutes)"
-    cargo build --locked --profile demo -p idemq-cli -p idemq-demo
+    cargo build --locked --profile demo -p idemq-cli -p idemq-demo --bin idemq --example ledger --example ledger_demo
 }
 
 mkdir -p .state/logs
@@ -101,15 +101,15 @@ json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])" <<<"$re
 queue_url=$(json queue_url); dlq_url=$(json dlq_url)
 
 echo "== sending transfers"
-target/demo/ledger_demo send "$queue_url" ".state/$run.json"
+target/demo/examples/ledger_demo send "$queue_url" ".state/$run.json"
 
 echo "== running the ledger as a local worker (exits after 6 s without messages)"
 # Short backoff so the outage account's retries finish in seconds, not minutes.
 IDEMQ_TABLE="$run" IDEMQ_BACKOFF_BASE=1s IDEMQ_BACKOFF_CAP=2s IDEMQ_LOG=error LEDGER_FAIL_ACCOUNTS=acct-outage \
-    target/demo/ledger --queue-url "$queue_url" --exit-when-idle 6
+    target/demo/examples/ledger --queue-url "$queue_url" --exit-when-idle 6
 
 echo "== what happened"
-target/demo/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
+target/demo/examples/ledger_demo check "$run" "$dlq_url" ".state/$run.json"
 echo
 echo "== the operator's view: idemq dlq stats"
 target/demo/idemq dlq stats --dlq-url "$dlq_url" --table "$run"
