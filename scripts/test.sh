@@ -19,6 +19,9 @@ trap cleanup EXIT
 # `postgres` adds tokio-postgres, and the store suite
 # (tests/store_suite/) runs PostgreSQL's cases on the stack's server.
 FEATURES=testing,postgres
+# The disk is what a full run can exhaust (one target/ of ~40 test
+# binaries, the artifacts' builds, the stack's venvs): shown at both ends.
+echo "== disk: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target 2>/dev/null | cut -f1 || echo absent)"
 echo "== lint (fmt, module circles, clippy, rustdoc)"
 cargo fmt --check
 # No two library modules import each other (directly or round a circle):
@@ -121,3 +124,5 @@ if [ "$started_here" = 1 ]; then
 else
     echo "skipped: the local stack was running before make test (scripts/stack.sh down, then scripts/getting_started.sh)"
 fi
+
+echo "== disk at the end: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target | cut -f1)"
