@@ -27,6 +27,8 @@ cargo fmt --check
 # No two library modules import each other (directly or round a circle):
 # the store seam depends on the batch core never importing back.
 python3 scripts/module_cycles.py src
+# Commands that build the idemq package alone reuse the workspace's build.
+scripts/same_features.sh "$FEATURES"
 cargo clippy --workspace --all-targets --features "$FEATURES" --locked -- -D warnings
 # Every public item documented (#![warn(missing_docs)] in lib.rs), and no
 # broken, private or bare links in the docs. After clippy: it documents the
@@ -69,7 +71,10 @@ echo "== emulator wrapper self-test"
 
 echo "== cargo test (unit, mocked SDK, local stack, CLI)"
 # --workspace: the CLI tests run the operator binary, which is the
-# idemq-cli package's; this builds it with them.
+# idemq-cli package's, and the local-stack tests and the browser test run
+# the examples (the ledger): built first as programs, with the tests'
+# features (`cargo test` builds examples only as test harnesses).
+cargo build --locked --workspace --bins --examples --features "$FEATURES"
 cargo test --locked --workspace --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features "$FEATURES"

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use idemq::config::{IdempotencyConfig, TableLayout};
 use idemq::init::{InitError, InitSpec, TableProtection, init_with};
 
+mod console;
 mod dlq;
 mod new;
 mod progress;
@@ -58,6 +59,11 @@ enum Command {
     Send(send::SendArgs),
     /// See why dead letters died; move them back without losing any.
     Dlq(dlq::DlqArgs),
+    /// The dead letters of one or more consumers in a browser: grouped by
+    /// cause, searched by job id, error, time or payload field, and
+    /// redriven, deleted or exported after a dry run (loopback, read-only
+    /// unless --allow).
+    Console(console::ConsoleArgs),
     /// Create a function crate: a handler against its own table, its unit
     /// test on the test kit, sample jobs, and how to run and deploy it.
     New(new::NewArgs),
@@ -152,6 +158,7 @@ async fn main() -> ExitCode {
         Command::Init(args) => run_init(args, &sdk).await,
         Command::Send(args) => send::run(args, &sdk).await,
         Command::Dlq(args) => dlq::run(args, &sdk).await,
+        Command::Console(args) => console::run(args, &sdk).await,
         Command::New(_) | Command::Stack(_) => unreachable!("handled above"),
     }
 }

@@ -108,6 +108,8 @@ pub struct Dlq {
     resolver: JobIdResolver,
     /// The names of the queues whose `RedrivePolicy` names this one.
     sources: Vec<String>,
+    /// Their URLs, in the same order.
+    source_urls: Vec<String>,
 }
 
 /// Every letter read from a DLQ, each with its context, held invisible
@@ -200,6 +202,7 @@ impl Dlq {
                 .iter()
                 .map(|q| crate::config::queue_name(q).to_owned())
                 .collect(),
+            source_urls: sources,
         })
     }
 
@@ -228,6 +231,12 @@ impl Dlq {
     /// namespace its consumer's records are kept under.
     pub fn source_queues(&self) -> &[String] {
         &self.sources
+    }
+
+    /// The URLs of its source queues, in [`Self::source_queues`]' order
+    /// (`ListDeadLetterSourceQueues`).
+    pub fn source_queue_urls(&self) -> &[String] {
+        &self.source_urls
     }
 
     /// Every letter, each with its context (its failure record joined with

@@ -148,7 +148,7 @@ impl Ctx {
 
 /// Why an export was not published.
 #[derive(Debug)]
-enum Publish {
+pub(crate) enum Publish {
     /// The target appeared meanwhile, and `--force` was not given.
     Exists,
     Io(String),
@@ -157,7 +157,7 @@ enum Publish {
 /// Writes `lines` to a new temporary file next to `target` and publishes
 /// it: without `force` by a hard link, which fails if the target exists
 /// (so nothing is ever overwritten, even by a race), else by a rename.
-fn write_export(target: &Path, lines: &[String], force: bool) -> Result<(), Publish> {
+pub(crate) fn write_export(target: &Path, lines: &[String], force: bool) -> Result<(), Publish> {
     let io = |e: std::io::Error| Publish::Io(e.to_string());
     let (tmp, mut f) = create_temporary(target).map_err(io)?;
     let written = (|| {

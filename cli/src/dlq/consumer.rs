@@ -15,7 +15,7 @@ use super::function::{self, FunctionError};
 use crate::{StoreKind, usage_error};
 
 /// What a command asks for, from its flags.
-pub(super) struct Wanted {
+pub(crate) struct Wanted {
     /// `--function`.
     pub function: Option<String>,
     /// `--dlq-url`.
@@ -32,7 +32,7 @@ pub(super) struct Wanted {
 }
 
 /// The settings settled.
-pub(super) struct Consumer {
+pub(crate) struct Consumer {
     /// The consumer's environment (the function's, or this shell's).
     pub env: ConsumerEnv,
     /// The DLQ, when one is known.
@@ -46,7 +46,7 @@ pub(super) struct Consumer {
 
 /// The settings of `wanted`, or the exit of a command that cannot have
 /// them (the reason printed).
-pub(super) async fn resolve(
+pub(crate) async fn resolve(
     wanted: Wanted,
     sdk: &aws_config::SdkConfig,
     sqs: &aws_sdk_sqs::Client,

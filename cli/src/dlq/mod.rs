@@ -25,8 +25,8 @@ use idemq::job::JobIdResolver;
 
 use crate::{StoreKind, usage_error};
 
-mod archive;
-mod consumer;
+pub(crate) mod archive;
+pub(crate) mod consumer;
 pub(crate) mod function;
 mod read;
 mod redrive;
@@ -43,34 +43,34 @@ pub struct DlqArgs {
 }
 
 #[derive(Debug, Clone, clap::Args)]
-struct Common {
+pub(crate) struct Common {
     /// Read the consumer's settings from this Lambda function (name, ARN,
     /// or NAME:ALIAS): its IDEMQ_* environment (GetFunctionConfiguration)
     /// instead of this shell's, and its DLQ through its SQS event source's
     /// RedrivePolicy. Flags still win; what was read from where is printed
     /// on stderr.
     #[arg(long, value_name = "NAME_OR_ARN")]
-    function: Option<String>,
+    pub(crate) function: Option<String>,
     /// The dead-letter queue [default: IDEMQ_DLQ_URL, or the function's].
     #[arg(long)]
-    dlq_url: Option<String>,
+    pub(crate) dlq_url: Option<String>,
     /// The idemq table, for failure records (the whole error chain)
     /// [default: IDEMQ_TABLE, or the function's]. Key names, prefix and
     /// namespace come from IDEMQ_ATTR_PK / IDEMQ_KEY_PREFIX /
     /// IDEMQ_NAMESPACE, as for the consumer.
     #[arg(long)]
-    table: Option<String>,
+    pub(crate) table: Option<String>,
     /// Where the consumer keeps its failure records: the table above, or
     /// (`postgres`, in a binary built with the `postgres` feature) the
     /// schema of IDEMQ_POSTGRES_URL / IDEMQ_POSTGRES_SCHEMA [default:
     /// dynamodb; with --function, postgres when the function has a
     /// PostgreSQL URL and no IDEMQ_TABLE].
     #[arg(long, value_enum)]
-    store: Option<StoreKind>,
+    pub(crate) store: Option<StoreKind>,
     /// Seconds each message stays invisible while it is read; then it is
     /// made visible again (1 to 43200, SQS's 12-hour limit).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_HOLD_SECS))]
-    hold_secs: u64,
+    pub(crate) hold_secs: u64,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -214,7 +214,6 @@ enum DlqCommand {
 
 pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     let sqs = aws_sdk_sqs::Client::new(sdk);
-    let ddb = aws_sdk_dynamodb::Client::new(sdk);
     // Whose settings: the flags, then --function's configuration, or else
     // this shell's environment.
     let wanted = match &args.command {
@@ -307,75 +306,18 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         other => Plan::Other(other),
     };
     let ctx = match common {
-        Some(c) => {
-            let Some(dlq_url) = consumer.dlq_url.clone() else {
-                return usage_error(
-                    "--dlq-url is required (or IDEMQ_DLQ_URL, or --function NAME to find the \
-                     function's DLQ)",
-                );
-            };
-            let options = DlqOptions {
-                dlq_url,
-                table: None,
-                hold: Duration::from_secs(c.hold_secs),
-                resolver: resolver.clone(),
-                explicit_destination,
-            };
-            let (opened, place) = match consumer.store {
-                StoreKind::Dynamodb => {
-                    let layout = match consumer.env.layout(consumer.table.as_deref()) {
-                        Ok(l) => l,
-                        Err(e) => return usage_error(&e.to_string()),
-                    };
-                    let place =
-                        layout
-                            .as_ref()
-                            .map_or(RecordsPlace::None, |l| RecordsPlace::Dynamodb {
-                                table: l.table_name.clone(),
-                                key_prefix: l.key_prefix.clone(),
-                                namespace: l.namespace.clone(),
-                            });
-                    (
-                        Dlq::connect_with_layout(sqs.clone(), ddb, layout, options).await,
-                        place,
-                    )
-                }
-                #[cfg(feature = "postgres")]
-                StoreKind::Postgres => {
-                    let store = consumer
-                        .env
-                        .postgres(sdk)
-                        .map_err(|e| e.to_string())
-                        .and_then(|config| {
-                            let schema = config.schema().to_owned();
-                            idemq::postgres::Postgres::new(config)
-                                .map(|store| (store, schema))
-                                .map_err(|e| e.to_string())
-                        });
-                    let (store, schema) = match store {
-                        Ok(s) => s,
-                        Err(e) => return usage_error(&e),
-                    };
-                    let place = RecordsPlace::Postgres {
-                        schema,
-                        namespace: consumer.env.namespace().map(str::to_owned),
-                    };
-                    let records = Some(store.failure_records());
-                    (
-                        Dlq::connect_with_records(sqs.clone(), records, options).await,
-                        place,
-                    )
-                }
-            };
-            match opened {
-                Ok(dlq) => Some(Ctx {
-                    dlq,
-                    horizon,
-                    place,
-                }),
-                Err(e) => return open_failed(&e),
-            }
-        }
+        Some(c) => match open(
+            &consumer,
+            &c,
+            explicit_destination,
+            (resolver.clone(), horizon),
+            sdk,
+        )
+        .await
+        {
+            Ok(ctx) => Some(ctx),
+            Err(code) => return code,
+        },
         None => None,
     };
     let result = match (plan, ctx) {
@@ -450,6 +392,86 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
             eprintln!("idemq dlq: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The DLQ of `consumer` opened with its failure records, as `common`'s
+/// flags say: what every command on a DLQ needs (and the console), or the
+/// exit of one that cannot have it (the reason printed).
+pub(crate) async fn open(
+    consumer: &consumer::Consumer,
+    c: &Common,
+    explicit_destination: bool,
+    (resolver, horizon): (JobIdResolver, ReplayHorizon),
+    sdk: &aws_config::SdkConfig,
+) -> Result<Ctx, ExitCode> {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let Some(dlq_url) = consumer.dlq_url.clone() else {
+        return Err(usage_error(
+            "--dlq-url is required (or IDEMQ_DLQ_URL, or --function NAME to find the \
+             function's DLQ)",
+        ));
+    };
+    let options = DlqOptions {
+        dlq_url,
+        table: None,
+        hold: Duration::from_secs(c.hold_secs),
+        resolver: resolver.clone(),
+        explicit_destination,
+    };
+    let (opened, place) = match consumer.store {
+        StoreKind::Dynamodb => {
+            let layout = match consumer.env.layout(consumer.table.as_deref()) {
+                Ok(l) => l,
+                Err(e) => return Err(usage_error(&e.to_string())),
+            };
+            let place = layout
+                .as_ref()
+                .map_or(RecordsPlace::None, |l| RecordsPlace::Dynamodb {
+                    table: l.table_name.clone(),
+                    key_prefix: l.key_prefix.clone(),
+                    namespace: l.namespace.clone(),
+                });
+            (
+                Dlq::connect_with_layout(sqs.clone(), ddb, layout, options).await,
+                place,
+            )
+        }
+        #[cfg(feature = "postgres")]
+        StoreKind::Postgres => {
+            let store = consumer
+                .env
+                .postgres(sdk)
+                .map_err(|e| e.to_string())
+                .and_then(|config| {
+                    let schema = config.schema().to_owned();
+                    idemq::postgres::Postgres::new(config)
+                        .map(|store| (store, schema))
+                        .map_err(|e| e.to_string())
+                });
+            let (store, schema) = match store {
+                Ok(s) => s,
+                Err(e) => return Err(usage_error(&e)),
+            };
+            let place = RecordsPlace::Postgres {
+                schema,
+                namespace: consumer.env.namespace().map(str::to_owned),
+            };
+            let records = Some(store.failure_records());
+            (
+                Dlq::connect_with_records(sqs.clone(), records, options).await,
+                place,
+            )
+        }
+    };
+    match opened {
+        Ok(dlq) => Ok(Ctx {
+            dlq,
+            horizon,
+            place,
+        }),
+        Err(e) => Err(open_failed(&e)),
     }
 }
 
@@ -538,12 +560,12 @@ fn open_failed(e: &OpenError) -> ExitCode {
 }
 
 /// What every subcommand on a DLQ needs, checked once.
-struct Ctx {
-    dlq: Dlq,
+pub(crate) struct Ctx {
+    pub(crate) dlq: Dlq,
     /// The consumer's marker TTL less a day: no copy of an older job.
-    horizon: ReplayHorizon,
+    pub(crate) horizon: ReplayHorizon,
     /// Where its failure records are looked for.
-    place: RecordsPlace,
+    pub(crate) place: RecordsPlace,
 }
 
 impl Ctx {

@@ -1,0 +1,832 @@
+//! The console's HTML: server-rendered pages, one stylesheet, a few lines
+//! of script (the overview's changes). Every value is escaped; payloads
+//! appear only on the letter page, and only with `--show-payloads`.
+//!
+//! Elements tests and scripts rely on carry ids, classes and `data-`
+//! attributes (`data-page` on every body, `data-metric`, `data-field`,
+//! `data-result`): docs/console.md lists them.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use idemq::failure::FailureRecord;
+
+use super::App;
+use super::actions::{Action, Brief, Preview, Record, State, Task};
+use super::snapshot::{Consumer, Letter, SEARCH_FIELDS, Search, Snapshot};
+
+/// Letters shown on a page at most; the count says how many match.
+const MAX_ROWS: usize = 500;
+
+const STYLE: &str = "
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+nav{background:#1d2330;padding:8px 16px}nav a{color:#dfe6f3;margin-right:16px;text-decoration:none}
+main{padding:16px 24px;max-width:1200px}h1{font-size:20px;margin:8px 0 16px}h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:12px}
+th,td{border-bottom:1px solid #e3e6eb;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600}td.count,td.attempts{text-align:right}
+section.consumer{background:#fff;border:1px solid #e3e6eb;border-radius:6px;padding:12px 16px;margin-bottom:16px}
+dl.metrics{display:grid;grid-template-columns:repeat(7,auto);gap:4px 16px;margin:0}
+dl.metrics dt{font-size:12px;color:#5b6475;grid-row:1}dl.metrics dd{margin:0;font-size:20px;grid-row:2}
+dl.kv{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dl.kv dt{color:#5b6475}dl.kv dd{margin:0}
+svg.chart rect.bar{fill:#c4463a}svg.chart text{font-size:10px;fill:#5b6475}
+form#search{display:flex;flex-wrap:wrap;gap:8px;align-items:end;margin-bottom:12px}
+form#search label{display:flex;flex-direction:column;font-size:12px;color:#5b6475}
+form.action{display:inline-block;margin-right:8px}p.read-only{color:#8a5a00;margin:4px 0}
+button{padding:5px 12px;border:1px solid #9aa3b2;border-radius:4px;background:#fff;cursor:pointer}
+button:disabled{color:#9aa3b2;cursor:not-allowed}button.danger{border-color:#c4463a;color:#c4463a}
+.error{color:#c4463a}.note{color:#5b6475}pre{background:#fff;border:1px solid #e3e6eb;padding:8px;overflow:auto}
+#changes{color:#5b6475;margin-bottom:12px}
+";
+
+pub(crate) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes a query value or path segment.
+pub(crate) fn url_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// A time as RFC 3339 to the second, or `-`.
+pub(crate) fn time(t: Option<SystemTime>) -> String {
+    t.map_or_else(
+        || "-".into(),
+        |t| humantime::format_rfc3339_seconds(t).to_string(),
+    )
+}
+
+fn age(since: Option<SystemTime>, now: SystemTime) -> String {
+    since.and_then(|t| now.duration_since(t).ok()).map_or_else(
+        || "-".into(),
+        |d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string(),
+    )
+}
+
+/// A whole page. No page may be framed (clickjacking), cached or leak
+/// its address in a Referer.
+fn page(status: StatusCode, app: Option<&App>, kind: &str, title: &str, body: &str) -> Response {
+    let mut nav = String::new();
+    let mut csrf = String::new();
+    if let Some(app) = app {
+        nav.push_str("<nav><a href=\"/\">Overview</a>");
+        for c in &app.consumers {
+            let _ = write!(
+                nav,
+                "<a href=\"/c/{}/letters\">{} dead letters</a>",
+                url_encode(&c.name),
+                esc(&c.name)
+            );
+        }
+        nav.push_str("<a href=\"/audit\">Audit</a></nav>");
+        csrf = format!("<meta name=\"csrf\" content=\"{}\">", app.guard.csrf());
+    }
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{csrf}\
+         <title>{} · idemq console</title><style>{STYLE}</style></head>\
+         <body data-page=\"{kind}\">{nav}<main><h1>{}</h1>{body}</main></body></html>",
+        esc(title),
+        esc(title)
+    );
+    (
+        status,
+        [
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        Html(html),
+    )
+        .into_response()
+}
+
+pub(crate) fn login(status: StatusCode) -> Response {
+    page(
+        status,
+        None,
+        "login",
+        "Not signed in",
+        "<p>Open the address <code>idemq console</code> printed when it started \
+         (it carries a secret token); this browser then keeps a session cookie.</p>",
+    )
+}
+
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
+    page(
+        status,
+        None,
+        "error",
+        status.canonical_reason().unwrap_or("Error"),
+        &format!(
+            "<p id=\"error\" class=\"error\">{}</p><p><a href=\"/\">Overview</a></p>",
+            esc(message)
+        ),
+    )
+}
+
+fn metric(out: &mut String, name: &str, label: &str, value: String) {
+    let _ = write!(
+        out,
+        "<div><dt>{}</dt><dd data-metric=\"{name}\">{}</dd></div>",
+        esc(label),
+        esc(&value)
+    );
+}
+
+fn chart(per_hour: &[u64]) -> String {
+    let (w, h, bar) = (24 * 20, 120, 16);
+    let max = per_hour.iter().copied().max().unwrap_or(0).max(1);
+    let mut svg = format!(
+        "<svg class=\"chart\" data-chart=\"dead-letters-per-hour\" width=\"{w}\" height=\"{}\" \
+         role=\"img\" aria-label=\"dead letters per hour, last 24 hours\">",
+        h + 14
+    );
+    for (i, n) in per_hour.iter().enumerate() {
+        let height = (*n * h / max) as usize;
+        let hours_ago = per_hour.len() - i;
+        let _ = write!(
+            svg,
+            "<rect class=\"bar\" x=\"{}\" y=\"{}\" width=\"{bar}\" height=\"{height}\">\
+             <title>{n} in the hour {hours_ago} h ago</title></rect>",
+            i * 20 + 2,
+            h as usize - height
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"0\" y=\"{}\">24 h ago</text><text x=\"{}\" y=\"{}\">now</text></svg>",
+        h + 12,
+        w - 22,
+        h + 12
+    );
+    svg
+}
+
+fn depth_text(d: Option<u64>) -> String {
+    d.map_or_else(|| "-".into(), |n| n.to_string())
+}
+
+pub(crate) fn overview_value(c: &Consumer, s: &Snapshot) -> serde_json::Value {
+    let now = SystemTime::now();
+    serde_json::json!({
+        "name": c.name,
+        "source": s.source.map(|d| serde_json::json!({
+            "visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed
+        })),
+        "dlq": {
+            "depth": s.dlq.total(),
+            "oldest_age_secs": s.oldest().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs()),
+        },
+        "dead_per_hour": s.per_hour(24, now),
+        "read_at": time(Some(s.read_at)),
+    })
+}
+
+pub(crate) fn overview(
+    app: &App,
+    views: &[(&Consumer, Result<std::sync::Arc<Snapshot>, String>)],
+) -> Response {
+    let now = SystemTime::now();
+    let mut body = String::from(
+        "<div id=\"changes\">watching for changes…</div>\
+         <p><a id=\"refresh\" href=\"/?refresh=1\">Read the DLQs now</a></p>",
+    );
+    for (c, s) in views {
+        let _ = write!(
+            body,
+            "<section class=\"consumer\" data-consumer=\"{}\"><h2><a href=\"/c/{}/letters\">{}</a></h2>",
+            esc(&c.name),
+            url_encode(&c.name),
+            esc(&c.name)
+        );
+        match s {
+            Err(e) => {
+                let _ = write!(
+                    body,
+                    "<p class=\"error\">cannot read its DLQ: {}</p>",
+                    esc(e)
+                );
+            }
+            Ok(s) => {
+                let per_hour = s.per_hour(24, now);
+                body.push_str("<dl class=\"metrics\">");
+                metric(
+                    &mut body,
+                    "source-visible",
+                    "source queue: waiting",
+                    depth_text(s.source.map(|d| d.visible)),
+                );
+                metric(
+                    &mut body,
+                    "source-in-flight",
+                    "in flight",
+                    depth_text(s.source.map(|d| d.in_flight)),
+                );
+                metric(
+                    &mut body,
+                    "source-delayed",
+                    "delayed",
+                    depth_text(s.source.map(|d| d.delayed)),
+                );
+                metric(
+                    &mut body,
+                    "dlq-depth",
+                    "DLQ depth",
+                    s.dlq.total().to_string(),
+                );
+                metric(
+                    &mut body,
+                    "dlq-oldest-age",
+                    "oldest dead letter",
+                    age(s.oldest(), now),
+                );
+                metric(
+                    &mut body,
+                    "dead-last-hour",
+                    "died in the last hour",
+                    per_hour.last().copied().unwrap_or(0).to_string(),
+                );
+                metric(
+                    &mut body,
+                    "dead-last-24h",
+                    "in the last 24 h",
+                    per_hour.iter().sum::<u64>().to_string(),
+                );
+                body.push_str("</dl>");
+                body.push_str(&chart(&per_hour));
+                let _ = write!(
+                    body,
+                    "<p class=\"note\">Read at {}; dead letters per hour from each letter's \
+                     failure time.{}</p>",
+                    time(Some(s.read_at)),
+                    if s.unseen > 0 {
+                        format!(
+                            " About {} letters could not be read (FIFO groups behind held letters).",
+                            s.unseen
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+        body.push_str("</section>");
+    }
+    body.push_str(CHANGES_SCRIPT);
+    page(StatusCode::OK, Some(app), "overview", "Overview", &body)
+}
+
+/// Compares /api/overview every 5 s with what the page opened with.
+const CHANGES_SCRIPT: &str = r#"<script>
+(function () {
+  var first = null, opened = new Date();
+  function flat(o) {
+    var m = {};
+    (o.consumers || []).forEach(function (c) {
+      if (c.source) { m[c.name + " source-visible"] = c.source.visible; m[c.name + " source-in-flight"] = c.source.in_flight; }
+      if (c.dlq) { m[c.name + " dlq-depth"] = c.dlq.depth; }
+    });
+    return m;
+  }
+  function poll() {
+    fetch("/api/overview", {credentials: "same-origin"}).then(function (r) { return r.json(); }).then(function (o) {
+      var now = flat(o);
+      if (first === null) { first = now; }
+      var changes = [];
+      Object.keys(now).forEach(function (k) {
+        var d = now[k] - (first[k] || 0);
+        if (d !== 0) { changes.push(k + " " + (d > 0 ? "+" : "") + d); }
+      });
+      document.getElementById("changes").textContent = changes.length
+        ? "since " + opened.toLocaleTimeString() + ": " + changes.join(", ")
+        : "no change since " + opened.toLocaleTimeString();
+    }).catch(function () {});
+  }
+  poll();
+  setInterval(poll, 5000);
+})();
+</script>"#;
+
+fn hidden_search(search: &Search, csrf: &str) -> String {
+    let mut s = format!("<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">");
+    for (k, v) in search.pairs() {
+        if !v.is_empty() {
+            let _ = write!(
+                s,
+                "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
+                esc(v)
+            );
+        }
+    }
+    s
+}
+
+fn query(search: &Search) -> String {
+    search
+        .pairs()
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", url_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn letter_rows(out: &mut String, consumer: &str, rows: impl Iterator<Item = Brief>) {
+    out.push_str(
+        "<tr><th>job id</th><th>message id</th><th>attempts</th><th>failed at</th><th>last error</th></tr>",
+    );
+    for b in rows {
+        let id = b.job_id.clone().unwrap_or_else(|| b.message_id.clone());
+        let _ = write!(
+            out,
+            "<tr class=\"letter\" data-message-id=\"{}\" data-job-id=\"{}\">\
+             <td class=\"job-id\"><a href=\"/c/{}/letter/{}\">{}</a></td><td class=\"message-id\">{}</td>\
+             <td class=\"attempts\">{}</td><td class=\"failed-at\">{}</td><td class=\"error\">{}</td></tr>",
+            esc(&b.message_id),
+            esc(b.job_id.as_deref().unwrap_or("")),
+            url_encode(consumer),
+            url_encode(&id),
+            esc(b.job_id.as_deref().unwrap_or("-")),
+            esc(&b.message_id),
+            b.attempts.map_or_else(|| "-".into(), |a| a.to_string()),
+            time(b.failed_at),
+            esc(&idemq::dlq::inspect::one_line(&b.error, 200)),
+        );
+    }
+}
+
+pub(crate) fn letters(app: &App, c: &Consumer, s: &Snapshot, search: &Search) -> Response {
+    let mut body = String::new();
+    let labels = [
+        ("job", "job id or message id"),
+        ("error", "error contains"),
+        ("since", "failed since (time or 2h)"),
+        ("until", "failed until"),
+        ("pointer", "payload field (JSON pointer)"),
+        ("value", "equals"),
+        ("group", "group"),
+    ];
+    debug_assert_eq!(labels.map(|(k, _)| k), SEARCH_FIELDS);
+    body.push_str("<form id=\"search\" method=\"get\">");
+    for ((k, label), (_, v)) in labels.iter().zip(search.pairs()) {
+        let _ = write!(
+            body,
+            "<label>{label}<input name=\"{k}\" value=\"{}\"></label>",
+            esc(v)
+        );
+    }
+    body.push_str("<button id=\"search-submit\">Search</button></form>");
+    let matcher = match search.matcher(SystemTime::now()) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = write!(body, "<p id=\"error\" class=\"error\">{}</p>", esc(&e));
+            return page(
+                StatusCode::BAD_REQUEST,
+                Some(app),
+                "letters",
+                &format!("{} dead letters", c.name),
+                &body,
+            );
+        }
+    };
+    let all: Vec<&Letter> = s.letters.iter().collect();
+    let matched = matcher.select(s);
+    // The groups of what matches, each a link that narrows the search to it.
+    body.push_str("<h2>By cause</h2><table id=\"groups\"><tr><th>kind</th><th>cause</th><th>count</th><th>first seen</th><th>last seen</th><th></th></tr>");
+    let groups = Snapshot::groups(if search.is_empty() { &all } else { &matched });
+    for g in &groups {
+        let narrowed = Search {
+            group: g.id.to_owned(),
+            ..search.clone()
+        };
+        let _ = write!(
+            body,
+            "<tr class=\"group\" data-group=\"{}\"><td class=\"kind\">{}</td><td class=\"error\">{}</td>\
+             <td class=\"count\">{}</td><td class=\"first-seen\">{}</td><td class=\"last-seen\">{}</td>\
+             <td><a class=\"group-filter\" href=\"/c/{}/letters?{}\">show</a></td></tr>",
+            esc(g.id),
+            g.kind.label(),
+            esc(if g.cause.is_empty() {
+                "(no recorded error)"
+            } else {
+                g.cause
+            }),
+            g.count,
+            time(g.first),
+            time(g.last),
+            url_encode(&c.name),
+            query(&narrowed),
+        );
+    }
+    body.push_str("</table>");
+    let _ = write!(
+        body,
+        "<p id=\"match-count\">{} of {} dead letters match</p><p class=\"note\">Read at {} \
+         (<a id=\"refresh\" href=\"/c/{}/letters?{}{}refresh=1\">read the DLQ now</a>).{}</p>",
+        matched.len(),
+        s.letters.len(),
+        time(Some(s.read_at)),
+        url_encode(&c.name),
+        query(search),
+        if search.is_empty() { "" } else { "&" },
+        if s.unseen > 0 {
+            format!(" About {} letters could not be read.", s.unseen)
+        } else {
+            String::new()
+        }
+    );
+    // The actions, on what matches.
+    body.push_str("<div id=\"actions\">");
+    for action in Action::ALL {
+        let a = action.name();
+        let allowed = app.allowed.contains(&action);
+        let _ = write!(
+            body,
+            "<form class=\"action\" data-action=\"{a}\" method=\"post\" action=\"/c/{}/preview/{a}\">{}\
+             <button class=\"preview\"{}>Dry run: {a} {} letters</button>{}</form>",
+            url_encode(&c.name),
+            hidden_search(search, app.guard.csrf()),
+            if allowed { "" } else { " disabled" },
+            matched.len(),
+            if allowed {
+                String::new()
+            } else {
+                format!("<p class=\"read-only\">read-only: start the console with --allow {a}</p>")
+            },
+        );
+    }
+    body.push_str("</div><table id=\"letters\">");
+    letter_rows(
+        &mut body,
+        &c.name,
+        matched.iter().take(MAX_ROWS).map(|l| Brief::of(&l.context)),
+    );
+    body.push_str("</table>");
+    if matched.len() > MAX_ROWS {
+        let _ = write!(
+            body,
+            "<p class=\"note\">The first {MAX_ROWS} shown; narrow the search to see others.</p>"
+        );
+    }
+    page(
+        StatusCode::OK,
+        Some(app),
+        "letters",
+        &format!("{} dead letters", c.name),
+        &body,
+    )
+}
+
+fn field(out: &mut String, name: &str, label: &str, value: &str) {
+    let _ = write!(
+        out,
+        "<dt>{}</dt><dd data-field=\"{name}\">{}</dd>",
+        esc(label),
+        esc(value)
+    );
+}
+
+pub(crate) fn letter(
+    app: &App,
+    c: &Consumer,
+    l: &Letter,
+    record: Option<&FailureRecord>,
+) -> Response {
+    let ctx = &l.context;
+    let m = &l.message;
+    let mut body = String::from("<dl id=\"context\" class=\"kv\">");
+    field(
+        &mut body,
+        "job-id",
+        "job id",
+        ctx.job_id.as_deref().unwrap_or("-"),
+    );
+    field(&mut body, "message-id", "message id (DLQ)", &m.message_id);
+    field(&mut body, "kind", "how it died", l.kind.label());
+    field(
+        &mut body,
+        "attempts",
+        "attempts",
+        &ctx.attempts.map_or_else(|| "-".into(), |a| a.to_string()),
+    );
+    field(&mut body, "failed-at", "last failure", &time(ctx.failed_at));
+    // idemq's stamp, else when SQS's redrive kept the enqueue time (a
+    // standard DLQ), else when it entered the DLQ: never later than the
+    // job's first enqueue.
+    field(
+        &mut body,
+        "first-enqueued",
+        "first enqueued (at the latest)",
+        &time(m.first_enqueued(c.ctx.dlq.peek().is_fifo(), Duration::ZERO)),
+    );
+    field(
+        &mut body,
+        "source-queue",
+        "source queue",
+        ctx.source_queue.as_deref().unwrap_or("-"),
+    );
+    field(&mut body, "error", "last error", &ctx.error_line());
+    field(&mut body, "cause", "cause (grouped by)", &l.cause);
+    field(
+        &mut body,
+        "payload-bytes",
+        "payload bytes",
+        &ctx.payload_bytes.to_string(),
+    );
+    field(
+        &mut body,
+        "failure-record",
+        "failure record",
+        if ctx.failure_record { "yes" } else { "no" },
+    );
+    if let Some(g) = m.group_id() {
+        field(&mut body, "group-id", "message group", g);
+    }
+    if let Some(r) = record {
+        field(
+            &mut body,
+            "record-attempt",
+            "record: attempt",
+            &r.attempt.to_string(),
+        );
+        field(
+            &mut body,
+            "record-kind",
+            "record: kind",
+            &format!("{:?}", r.failure.kind).to_lowercase(),
+        );
+        field(
+            &mut body,
+            "payload-hash",
+            "record: payload hash",
+            &r.payload_hash,
+        );
+    }
+    body.push_str("</dl><h2>Error chain</h2><ol id=\"error-chain\">");
+    let chain: Vec<String> = match record {
+        Some(r) if !r.failure.chain.is_empty() => r.failure.chain.clone(),
+        _ if !ctx.error_chain.is_empty() => ctx.error_chain.clone(),
+        _ => ctx.last_error.clone().into_iter().collect(),
+    };
+    for e in &chain {
+        let _ = write!(body, "<li>{}</li>", esc(e));
+    }
+    body.push_str("</ol><h2>Message attributes</h2><table id=\"attributes\"><tr><th>name</th><th>type</th><th>value</th></tr>");
+    let mut names: Vec<&String> = m.attributes.keys().collect();
+    names.sort();
+    for name in names {
+        let a = &m.attributes[name];
+        let value = a.string_value().map_or_else(
+            || {
+                format!(
+                    "({} bytes)",
+                    a.binary_value().map_or(0, |b| b.as_ref().len())
+                )
+            },
+            str::to_owned,
+        );
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(name),
+            esc(a.data_type()),
+            esc(&value)
+        );
+    }
+    body.push_str("</table><h2>Envelope (SQS)</h2><table id=\"system\">");
+    let mut system: Vec<(String, &String)> = m
+        .system
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v))
+        .collect();
+    system.sort();
+    for (k, v) in system {
+        let _ = write!(body, "<tr><td>{}</td><td>{}</td></tr>", esc(&k), esc(v));
+    }
+    body.push_str("</table><h2>Payload</h2>");
+    if app.show_payloads {
+        let pretty = serde_json::from_str::<serde_json::Value>(&m.body)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .unwrap_or_else(|| m.body.clone());
+        let _ = write!(body, "<pre id=\"payload\">{}</pre>", esc(&pretty));
+    } else {
+        body.push_str(
+            "<p id=\"payload-hidden\" class=\"note\">Hidden: payloads may hold personal data. \
+             Start the console with --show-payloads to see them.</p>",
+        );
+    }
+    let title = format!(
+        "Dead letter {}",
+        ctx.job_id.as_deref().unwrap_or(&m.message_id)
+    );
+    page(StatusCode::OK, Some(app), "letter", &title, &body)
+}
+
+pub(crate) fn preview(app: &App, c: &Consumer, p: &Preview) -> Response {
+    let a = p.action.name();
+    let mut body = format!(
+        "<p>Dry run: <span id=\"preview-action\">{a}</span> would take \
+         <span id=\"preview-count\">{}</span> dead letters of {} (filter: {}). Nothing was changed.</p>",
+        p.count,
+        esc(&c.name),
+        esc(&filter_text(&p.search)),
+    );
+    body.push_str(match p.action {
+        Action::Redrive => "<p class=\"note\">Each is sent to its source queue stamped with its job id, then deleted from the DLQ: a kill at any instant loses nothing, and a job that was already applied is skipped by its marker.</p>",
+        Action::Delete => "<p class=\"note\">They are first written to an archive file beside the audit file (JSON lines, as idemq dlq export writes them), read back, then deleted from the DLQ.</p>",
+        Action::Export => "<p class=\"note\">Their JSON lines are offered for download; they stay in the DLQ.</p>",
+    });
+    if !p.refused.is_empty() {
+        body.push_str("<div id=\"preview-refused\"><h2>Matched but not taken</h2><ul>");
+        for r in &p.refused {
+            let _ = write!(body, "<li>{}</li>", esc(r));
+        }
+        body.push_str("</ul></div>");
+    }
+    body.push_str("<h2>Sample</h2><table id=\"sample\">");
+    letter_rows(
+        &mut body,
+        &c.name,
+        p.sample.iter().map(|b| Brief {
+            job_id: b.job_id.clone(),
+            message_id: b.message_id.clone(),
+            attempts: b.attempts,
+            failed_at: b.failed_at,
+            error: b.error.clone(),
+        }),
+    );
+    body.push_str("</table>");
+    if p.count > 0 {
+        let _ = write!(
+            body,
+            "<form id=\"run\" method=\"post\" action=\"/c/{}/run/{a}\">{}\
+             <button id=\"run-submit\" class=\"danger\">{a} these {} letters</button></form>",
+            url_encode(&c.name),
+            hidden_search(&p.search, app.guard.csrf()),
+            p.count
+        );
+    }
+    page(
+        StatusCode::OK,
+        Some(app),
+        "preview",
+        &format!("Dry run: {a}"),
+        &body,
+    )
+}
+
+fn filter_text(search: &Search) -> String {
+    let text = search
+        .pairs()
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if text.is_empty() {
+        "every letter".into()
+    } else {
+        text
+    }
+}
+
+pub(crate) fn task(app: &App, t: &Task) -> Response {
+    let state = t.state();
+    let (label, refresh) = match &state {
+        State::Running => ("running", true),
+        State::Done => ("done", false),
+        State::Failed(_) => ("failed", false),
+    };
+    let mut body = format!(
+        "<p>{} of {}'s dead letters ({}): <span id=\"task-state\">{label}</span>, \
+         <span id=\"task-progress\">{} of {}</span></p>",
+        t.action.name(),
+        esc(&t.consumer),
+        esc(&filter_text(&t.search)),
+        t.done.load(Ordering::Relaxed),
+        t.total,
+    );
+    if let State::Failed(e) = &state {
+        let _ = write!(body, "<p id=\"error\" class=\"error\">{}</p>", esc(e));
+    }
+    if matches!(state, State::Done) {
+        body.push_str("<dl id=\"task-result\" class=\"kv\">");
+        for (k, v) in t.result() {
+            let _ = write!(body, "<dt>{k}</dt><dd data-result=\"{k}\">{v}</dd>");
+        }
+        body.push_str("</dl>");
+        if t.export().is_some() {
+            let _ = write!(
+                body,
+                "<p><a id=\"download\" href=\"/tasks/{}/download\">Download the JSON lines</a></p>",
+                t.id
+            );
+        }
+    }
+    if let Some(path) = t.archived.lock().expect("task archive").as_ref() {
+        let _ = write!(
+            body,
+            "<p id=\"archived\">Archived to {}</p>",
+            esc(&path.display().to_string())
+        );
+    }
+    let notes = t.notes();
+    if !notes.is_empty() {
+        body.push_str("<ul id=\"task-notes\">");
+        for n in notes {
+            let _ = write!(body, "<li>{}</li>", esc(&n));
+        }
+        body.push_str("</ul>");
+    }
+    let _ = write!(
+        body,
+        "<p><a href=\"/c/{}/letters\">Back to the dead letters</a> · <a href=\"/audit\">Audit</a></p>",
+        url_encode(&t.consumer)
+    );
+    if refresh {
+        body.push_str("<meta http-equiv=\"refresh\" content=\"1\">");
+    }
+    page(
+        StatusCode::OK,
+        Some(app),
+        "task",
+        &format!("Task {}", t.id),
+        &body,
+    )
+}
+
+pub(crate) fn audit(app: &App, records: &[Record]) -> Response {
+    let mut body = format!(
+        "<p class=\"note\">Every dry run and action, newest first, from {}.</p>\
+         <table id=\"audit\"><tr><th>at</th><th>who</th><th>consumer</th><th>action</th><th>filter</th><th>count</th><th>outcome</th></tr>",
+        esc(&app.audit.path().display().to_string())
+    );
+    for r in records {
+        let _ = write!(
+            body,
+            "<tr class=\"audit\"><td class=\"at\">{}</td><td class=\"who\">{}</td><td class=\"consumer\">{}</td>\
+             <td class=\"action\">{}</td><td class=\"filter\">{}</td><td class=\"count\">{}</td><td class=\"outcome\">{}</td></tr>",
+            esc(&r.at),
+            esc(&r.who),
+            esc(&r.consumer),
+            esc(&r.action),
+            esc(if r.filter.is_empty() {
+                "every letter"
+            } else {
+                &r.filter
+            }),
+            r.count,
+            esc(&r.outcome)
+        );
+    }
+    body.push_str("</table>");
+    page(StatusCode::OK, Some(app), "audit", "Audit", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_escaped_and_encoded() {
+        assert_eq!(
+            esc("<a href='x'>&\"</a>"),
+            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
+        );
+        assert_eq!(url_encode("acct 7/&=é"), "acct%207%2F%26%3D%C3%A9");
+    }
+
+    #[test]
+    fn the_chart_has_a_bar_per_hour() {
+        let svg = chart(&[0, 3, 1]);
+        assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
+        assert!(
+            svg.contains("height=\"120\""),
+            "the largest bar is full height: {svg}"
+        );
+    }
+}

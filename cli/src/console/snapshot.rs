@@ -1,0 +1,518 @@
+//! What the console shows of a consumer: its DLQ read once (every letter
+//! with its context, grouped by cause) and its queues' depths, kept as a
+//! snapshot that pages share until it is older than `--refresh-secs`.
+//!
+//! Reading a DLQ receives every message (SQS has no peek) and makes each
+//! visible again at once; a snapshot is what lets a page, a search or a
+//! chart not read it again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use idemq::dead_letter::ATTR_ERROR;
+use idemq::dlq::peek::{Context, DeadMessage, Depth, Peek};
+use idemq::dlq::redrive::{Filter, parse_when};
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::dlq::Ctx;
+
+/// One consumer the console shows.
+pub(crate) struct Consumer {
+    /// Its name in URLs: the function's, or its DLQ's first source queue's.
+    pub name: String,
+    pub ctx: Ctx,
+    /// Its source queues, for their depths.
+    pub sources: Vec<Peek>,
+    snapshot: Mutex<Option<Arc<Snapshot>>>,
+}
+
+/// A DLQ as read at `read_at`.
+pub(crate) struct Snapshot {
+    pub read_at: SystemTime,
+    /// In first-receive order.
+    pub letters: Vec<Letter>,
+    /// About how many letters could not be read (FIFO groups).
+    pub unseen: u64,
+    pub dlq: Depth,
+    /// The source queues' depths, summed; `None` when none could be read.
+    pub source: Option<Depth>,
+}
+
+/// A dead letter with what the console derives from it.
+pub(crate) struct Letter {
+    pub message: DeadMessage,
+    pub context: Context,
+    pub kind: Kind,
+    /// The last error with its variable parts (numbers, ids, quoted text)
+    /// replaced, so letters that died of the same cause group together.
+    pub cause: String,
+    /// The group's id: a hash of kind and cause.
+    pub group: String,
+}
+
+/// How a letter came to the DLQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub(crate) enum Kind {
+    /// idemq dead-lettered it at once (a permanent error: it carries
+    /// `idemq-error`).
+    Permanent,
+    /// SQS moved it after maxReceiveCount receives (transient errors).
+    RetriesExhausted,
+    /// Neither can be told (sent to the DLQ by something else).
+    Unknown,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Permanent => "permanent",
+            Kind::RetriesExhausted => "retries exhausted",
+            Kind::Unknown => "unknown",
+        }
+    }
+
+    fn of(message: &DeadMessage, context: &Context) -> Self {
+        if message.attributes.contains_key(ATTR_ERROR) {
+            Kind::Permanent
+        } else if message.source_arn().is_some() || context.failure_record {
+            Kind::RetriesExhausted
+        } else {
+            Kind::Unknown
+        }
+    }
+}
+
+impl Letter {
+    fn of(message: DeadMessage, context: Context) -> Self {
+        let kind = Kind::of(&message, &context);
+        let cause = normalise(&context.error_line());
+        let group = format!("{:016x}", fnv1a(&format!("{}\n{cause}", kind.label())));
+        Self {
+            message,
+            context,
+            kind,
+            cause,
+            group,
+        }
+    }
+
+    /// When it died: its failure time, else when it entered the DLQ.
+    pub fn died_at(&self) -> Option<SystemTime> {
+        self.context.failed_at.or_else(|| self.message.sent_at())
+    }
+
+    /// The value at `pointer` in its payload, as the search compares it:
+    /// a string as its text, anything else as its JSON.
+    fn payload_value(&self, pointer: &str) -> Option<String> {
+        let body: serde_json::Value = serde_json::from_str(&self.message.body).ok()?;
+        Some(match body.pointer(pointer)? {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    }
+}
+
+impl Consumer {
+    pub fn new(name: String, ctx: Ctx, sources: Vec<Peek>) -> Self {
+        Self {
+            name,
+            ctx,
+            sources,
+            snapshot: Mutex::new(None),
+        }
+    }
+
+    /// The snapshot, read again when it is older than `max_age` or
+    /// `fresh` is set. One reader at a time: pages that ask meanwhile wait
+    /// for its read and share it.
+    pub async fn snapshot(&self, max_age: Duration, fresh: bool) -> Result<Arc<Snapshot>, String> {
+        let mut slot = self.snapshot.lock().await;
+        if let Some(s) = slot.as_ref() {
+            let age = SystemTime::now()
+                .duration_since(s.read_at)
+                .unwrap_or_default();
+            if !fresh && age < max_age {
+                return Ok(s.clone());
+            }
+        }
+        let read = self.read().await?;
+        let read = Arc::new(read);
+        *slot = Some(read.clone());
+        Ok(read)
+    }
+
+    /// Forgets the snapshot: the next page reads the DLQ again.
+    pub async fn invalidate(&self) {
+        *self.snapshot.lock().await = None;
+    }
+
+    async fn read(&self) -> Result<Snapshot, String> {
+        let dlq = &self.ctx.dlq;
+        let depth = dlq.peek().depth().await.map_err(|e| e.to_string())?;
+        let scanned = dlq.read_letters(|_| {}).await.map_err(|e| e.to_string())?;
+        // Visible again at once: the console holds nothing.
+        dlq.release(&scanned.items).await;
+        let mut source: Option<Depth> = None;
+        for peek in &self.sources {
+            if let Ok(d) = peek.depth().await {
+                let sum = source.get_or_insert(Depth {
+                    visible: 0,
+                    in_flight: 0,
+                    delayed: 0,
+                });
+                sum.visible += d.visible;
+                sum.in_flight += d.in_flight;
+                sum.delayed += d.delayed;
+            }
+        }
+        Ok(Snapshot {
+            read_at: SystemTime::now(),
+            letters: scanned
+                .items
+                .into_iter()
+                .map(|(m, c)| Letter::of(m, c))
+                .collect(),
+            unseen: scanned.unseen,
+            dlq: depth,
+            source,
+        })
+    }
+}
+
+/// A group of letters with the same kind and cause.
+pub(crate) struct Group<'a> {
+    pub id: &'a str,
+    pub kind: Kind,
+    pub cause: &'a str,
+    pub count: usize,
+    pub first: Option<SystemTime>,
+    pub last: Option<SystemTime>,
+}
+
+impl Snapshot {
+    /// The groups of `letters`, the largest first.
+    pub fn groups<'a>(letters: &[&'a Letter]) -> Vec<Group<'a>> {
+        let mut groups: Vec<Group<'a>> = Vec::new();
+        for l in letters {
+            let at = l.died_at();
+            match groups.iter_mut().find(|g| g.id == l.group) {
+                Some(g) => {
+                    g.count += 1;
+                    g.first = min_time(g.first, at);
+                    g.last = max_time(g.last, at);
+                }
+                None => groups.push(Group {
+                    id: &l.group,
+                    kind: l.kind,
+                    cause: &l.cause,
+                    count: 1,
+                    first: at,
+                    last: at,
+                }),
+            }
+        }
+        groups.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
+        groups
+    }
+
+    /// Letters that died in each of the last `hours` hours, oldest first.
+    pub fn per_hour(&self, hours: usize, now: SystemTime) -> Vec<u64> {
+        let mut buckets = vec![0; hours];
+        for l in &self.letters {
+            let Some(ago) = l.died_at().and_then(|t| now.duration_since(t).ok()) else {
+                continue;
+            };
+            let hour = (ago.as_secs() / 3600) as usize;
+            if hour < hours {
+                buckets[hours - 1 - hour] += 1;
+            }
+        }
+        buckets
+    }
+
+    /// When the oldest letter entered the DLQ.
+    pub fn oldest(&self) -> Option<SystemTime> {
+        self.letters
+            .iter()
+            .filter_map(|l| l.message.sent_at())
+            .min()
+    }
+
+    /// The letter whose job id or message id is `id`.
+    pub fn find(&self, id: &str) -> Option<&Letter> {
+        self.letters
+            .iter()
+            .find(|l| l.message.message_id == id)
+            .or_else(|| {
+                self.letters
+                    .iter()
+                    .find(|l| l.context.job_id.as_deref() == Some(id))
+            })
+    }
+}
+
+fn min_time(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn max_time(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    a.max(b)
+}
+
+/// A search over a snapshot's letters, from a page's query (or an
+/// action's form, which carries the same fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Search {
+    /// A job id or message id, exact.
+    pub job: String,
+    /// A piece of the last error, case-insensitive.
+    pub error: String,
+    /// RFC 3339, or a duration ago (`2h`).
+    pub since: String,
+    pub until: String,
+    /// A JSON pointer into the payload (`/account`) and the value there.
+    pub pointer: String,
+    pub value: String,
+    /// A group's id.
+    pub group: String,
+}
+
+/// The fields of a [`Search`], as named in queries and forms.
+pub(crate) const SEARCH_FIELDS: [&str; 7] = [
+    "job", "error", "since", "until", "pointer", "value", "group",
+];
+
+/// A [`Search`] checked: its times read, its pointer valid.
+#[derive(Debug)]
+pub(crate) struct Matcher {
+    filter: Filter,
+    pointer: Option<(String, String)>,
+    group: Option<String>,
+}
+
+impl Search {
+    pub fn from_pairs(get: impl Fn(&str) -> Option<String>) -> Self {
+        let f = |k: &str| get(k).map(|v| v.trim().to_owned()).unwrap_or_default();
+        Self {
+            job: f("job"),
+            error: f("error"),
+            since: f("since"),
+            until: f("until"),
+            pointer: f("pointer"),
+            value: get("value").unwrap_or_default(),
+            group: f("group"),
+        }
+    }
+
+    /// Each field with its value, in [`SEARCH_FIELDS`] order.
+    pub fn pairs(&self) -> [(&'static str, &str); 7] {
+        [
+            ("job", &self.job),
+            ("error", &self.error),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("pointer", &self.pointer),
+            ("value", &self.value),
+            ("group", &self.group),
+        ]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs().iter().all(|(_, v)| v.is_empty())
+    }
+
+    /// The search checked, or why it cannot run (one line).
+    pub fn matcher(&self, now: SystemTime) -> Result<Matcher, String> {
+        let some = |s: &str| Some(s.to_owned()).filter(|s| !s.is_empty());
+        let filter = Filter {
+            job_ids: some(&self.job).into_iter().collect(),
+            error_contains: some(&self.error),
+            since: some(&self.since)
+                .map(|s| parse_when("since", &s, now))
+                .transpose()
+                .map_err(|e| e.to_string())?,
+            until: some(&self.until)
+                .map(|s| parse_when("until", &s, now))
+                .transpose()
+                .map_err(|e| e.to_string())?,
+        };
+        let pointer = match some(&self.pointer) {
+            None if !self.value.is_empty() => {
+                return Err("a payload value needs a JSON pointer (/account)".into());
+            }
+            None => None,
+            Some(p) if !p.starts_with('/') => {
+                return Err(format!(
+                    "{p:?} is not a JSON pointer: it starts with / (/account, /items/0/sku)"
+                ));
+            }
+            Some(p) => Some((p, self.value.clone())),
+        };
+        Ok(Matcher {
+            filter,
+            pointer,
+            group: some(&self.group),
+        })
+    }
+}
+
+impl Matcher {
+    pub fn matches(&self, l: &Letter) -> bool {
+        self.filter.matches(&l.context)
+            && self.group.as_ref().is_none_or(|g| *g == l.group)
+            && self
+                .pointer
+                .as_ref()
+                .is_none_or(|(p, v)| l.payload_value(p).as_deref() == Some(v.as_str()))
+    }
+
+    /// The letters of `snapshot` it matches.
+    pub fn select<'a>(&self, snapshot: &'a Snapshot) -> Vec<&'a Letter> {
+        snapshot
+            .letters
+            .iter()
+            .filter(|l| self.matches(l))
+            .collect()
+    }
+}
+
+/// The message ids of `letters`: what an action is told to take, so that
+/// it takes exactly the letters the operator saw match.
+pub(crate) fn message_ids(letters: &[&Letter]) -> HashSet<String> {
+    letters
+        .iter()
+        .map(|l| l.message.message_id.clone())
+        .collect()
+}
+
+/// An error with its variable parts replaced: runs of digits by `N`,
+/// hexadecimal or UUID-like ids by `ID`, quoted text by `"…"`.
+pub(crate) fn normalise(error: &str) -> String {
+    let mut out = String::with_capacity(error.len());
+    let mut chars = error.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '"' || c == '\'' {
+            // Quoted text, up to the matching quote (or the end).
+            let mut closed = false;
+            for d in chars.by_ref() {
+                if d == c {
+                    closed = true;
+                    break;
+                }
+            }
+            out.push(c);
+            out.push('…');
+            if closed {
+                out.push(c);
+            }
+            continue;
+        }
+        if c.is_ascii_alphanumeric() {
+            let mut word = String::from(c);
+            while let Some(&d) = chars.peek() {
+                if d.is_ascii_alphanumeric() || d == '-' || d == '_' {
+                    word.push(d);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+            out.push_str(&normalise_word(&word));
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn normalise_word(word: &str) -> String {
+    let digits = word.chars().filter(char::is_ascii_digit).count();
+    if digits == 0 {
+        return word.to_owned();
+    }
+    if digits == word.len() {
+        return "N".into();
+    }
+    // An id: long, mostly hex and dashes, or any word half digits.
+    let hexish = word
+        .chars()
+        .all(|c| c.is_ascii_hexdigit() || c == '-' || c == '_');
+    if (hexish && word.len() >= 8) || digits * 2 >= word.len() {
+        return "ID".into();
+    }
+    // A name with a number in it (acct-7, o-4): keep the name.
+    let mut out = String::new();
+    let mut in_digits = false;
+    for c in word.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('N');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+/// FNV-1a, 64 bits: a short stable id for a group.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_lose_their_variable_parts() {
+        assert_eq!(
+            normalise("downstream acct-outage is down (attempt 3)"),
+            "downstream acct-outage is down (attempt N)"
+        );
+        assert_eq!(
+            normalise("order 12345 failed: \"card 4242\" declined"),
+            "order N failed: \"…\" declined"
+        );
+        assert_eq!(
+            normalise("no item 9f1c2d3e-aa00-4b1c-9d2e-0123456789ab"),
+            "no item ID"
+        );
+        assert_eq!(normalise("account acct-7 frozen"), "account acct-N frozen");
+        assert_eq!(
+            normalise("amount must be positive"),
+            "amount must be positive"
+        );
+        assert_eq!(normalise("unterminated 'quote"), "unterminated '…");
+    }
+
+    #[test]
+    fn a_value_without_a_pointer_is_refused() {
+        let now = SystemTime::now();
+        let s = Search {
+            value: "alice".into(),
+            ..Search::default()
+        };
+        assert!(s.matcher(now).is_err());
+        let s = Search {
+            pointer: "account".into(),
+            value: "alice".into(),
+            ..Search::default()
+        };
+        assert!(s.matcher(now).unwrap_err().contains("JSON pointer"));
+        let s = Search {
+            since: "yesterday-ish".into(),
+            ..Search::default()
+        };
+        assert!(s.matcher(now).is_err());
+    }
+}
