@@ -176,24 +176,13 @@ pub async fn read_function(
         .send()
         .await
         .map_err(|e| {
-            let se = e.as_service_error();
-            if se.is_some_and(|se| se.is_resource_not_found_exception()) {
-                FunctionError::NotFound {
-                    function: function.to_owned(),
-                    region: lambda.config().region().map(|r| r.to_string()),
-                }
-            } else if is_denied(se.and_then(|se| se.code())) {
-                FunctionError::Denied {
-                    action: ACTION,
-                    resource: function.to_owned(),
-                }
-            } else {
-                FunctionError::Aws {
-                    action: ACTION,
-                    resource: function.to_owned(),
-                    error: DisplayErrorContext(e).to_string(),
-                }
-            }
+            lambda_error(
+                e,
+                |se| se.is_resource_not_found_exception(),
+                lambda,
+                ACTION,
+                function,
+            )
         })?;
     let arn = out.function_arn().unwrap_or(function).to_owned();
     if let Some(err) = out.environment().and_then(|e| e.error()) {
@@ -227,24 +216,13 @@ pub async fn sqs_sources(
     let mut queues: Vec<String> = Vec::new();
     while let Some(mapping) = pages.next().await {
         let mapping = mapping.map_err(|e| {
-            let se = e.as_service_error();
-            if se.is_some_and(|se| se.is_resource_not_found_exception()) {
-                FunctionError::NotFound {
-                    function: function.to_owned(),
-                    region: lambda.config().region().map(|r| r.to_string()),
-                }
-            } else if is_denied(se.and_then(|se| se.code())) {
-                FunctionError::Denied {
-                    action: ACTION,
-                    resource: function.to_owned(),
-                }
-            } else {
-                FunctionError::Aws {
-                    action: ACTION,
-                    resource: function.to_owned(),
-                    error: DisplayErrorContext(e).to_string(),
-                }
-            }
+            lambda_error(
+                e,
+                |se| se.is_resource_not_found_exception(),
+                lambda,
+                ACTION,
+                function,
+            )
         })?;
         if let Some(arn) = mapping.event_source_arn()
             && arn.split(':').nth(2) == Some("sqs")
@@ -338,6 +316,38 @@ async fn queue_url(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<String, Funct
         .await
         .map_err(|e| sqs_error(e, ACTION, arn))?;
     Ok(out.queue_url().unwrap_or_default().to_owned())
+}
+
+/// A Lambda request's error as the operator reads it: the function not
+/// found (`not_found` tells, per operation), access denied, or AWS's own.
+fn lambda_error<E>(
+    e: aws_sdk_lambda::error::SdkError<E, aws_sdk_lambda::config::http::HttpResponse>,
+    not_found: fn(&E) -> bool,
+    lambda: &aws_sdk_lambda::Client,
+    action: &'static str,
+    function: &str,
+) -> FunctionError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let se = e.as_service_error();
+    if se.is_some_and(not_found) {
+        return FunctionError::NotFound {
+            function: function.to_owned(),
+            region: lambda.config().region().map(|r| r.to_string()),
+        };
+    }
+    if is_denied(se.and_then(|se| se.code())) {
+        return FunctionError::Denied {
+            action,
+            resource: function.to_owned(),
+        };
+    }
+    FunctionError::Aws {
+        action,
+        resource: function.to_owned(),
+        error: DisplayErrorContext(e).to_string(),
+    }
 }
 
 fn sqs_error<E>(
