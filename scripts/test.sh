@@ -73,8 +73,9 @@ echo "== cargo test (unit, mocked SDK, local stack, CLI)"
 # --workspace: the CLI tests run the operator binary, which is the
 # idemq-cli package's, and the local-stack tests and the browser test run
 # the examples (the ledger): built first as programs, with the tests'
-# features (`cargo test` builds examples only as test harnesses).
-cargo build --locked --workspace --bins --examples --features "$FEATURES"
+# features (`cargo test` builds examples only as test harnesses). Not the
+# demo package's: its ledger is the same file, and the same output name.
+cargo build --locked --workspace --exclude idemq-demo --bins --examples --features "$FEATURES"
 cargo test --locked --workspace --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features "$FEATURES"
@@ -92,6 +93,13 @@ scripts/infra_test.sh
 
 echo "== chaos suite, small (make test-chaos runs it at full size)"
 CHAOS_JOBS=150 scripts/chaos.sh
+
+# The console as an operator uses it: headless Chromium (Debian's, installed
+# on first run) on the ledger's dead letters, read-only then with redrive
+# allowed, from the binaries cargo test built above (about a minute).
+echo "== console in a headless browser (scripts/console_test.sh)"
+scripts/browser.sh
+scripts/console_test.sh
 
 # ---------------------------------------------------------------------------
 # Lambda runtime contract (scripts/lambda.sh, tests/lambda_local.rs)

@@ -85,8 +85,10 @@ fn age(since: Option<SystemTime>, now: SystemTime) -> String {
     )
 }
 
-/// A whole page. No page may be framed (clickjacking), cached or leak
-/// its address in a Referer.
+/// A whole page. No page may be framed (clickjacking) or cached, nor
+/// send its address to another site in a Referer. `same-origin`, not
+/// `no-referrer`: under `no-referrer` Chromium sends `Origin: null` with
+/// the page's own form posts, which the origin check must refuse.
 fn page(status: StatusCode, app: Option<&App>, kind: &str, title: &str, body: &str) -> Response {
     let mut nav = String::new();
     let mut csrf = String::new();
@@ -115,7 +117,7 @@ fn page(status: StatusCode, app: Option<&App>, kind: &str, title: &str, body: &s
         [
             (header::X_FRAME_OPTIONS, "DENY"),
             (header::CACHE_CONTROL, "no-store"),
-            (header::REFERRER_POLICY, "no-referrer"),
+            (header::REFERRER_POLICY, "same-origin"),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         ],
         Html(html),
@@ -175,12 +177,15 @@ fn chart(per_hour: &[u64]) -> String {
             h as usize - height
         );
     }
+    // A baseline, so that hours without a dead letter read as zero.
     let _ = write!(
         svg,
-        "<text x=\"0\" y=\"{}\">24 h ago</text><text x=\"{}\" y=\"{}\">now</text></svg>",
-        h + 12,
+        "<line x1=\"0\" y1=\"{h}\" x2=\"{w}\" y2=\"{h}\" stroke=\"#9aa3b2\"/>\
+         <text x=\"0\" y=\"{y}\">24 h ago</text><text x=\"{}\" y=\"{y}\">12 h ago</text>\
+         <text x=\"{}\" y=\"{y}\">now</text></svg>",
+        w / 2 - 20,
         w - 22,
-        h + 12
+        y = h + 12
     );
     svg
 }

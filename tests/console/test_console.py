@@ -1,0 +1,553 @@
+#!/usr/bin/env python3
+"""`idemq console` in a real browser, on the ledger's dead letters.
+
+The story an operator lives through: a downstream outage sends six
+transfers to the DLQ (after maxReceiveCount receives, by SQS's redrive) and
+a malformed one goes there at once. In the console, read-only first: the
+overview counts them, a search by a payload field (/account = acct-outage)
+finds exactly the outage's letters, the groups tell the retries exhausted
+from the permanent, a letter shows its context but not its payload, and
+an action is refused. A page on another site that posts to the console is
+refused too, and changes nothing. Then, with --allow redrive,export: a dry
+run of the redrive filtered by the same field, the redrive itself as a
+task, an export of what is left, the audit of all of it; and the ledger,
+its outage over, applies the redriven transfers: every balance is exact
+(each transfer once, the duplicate too), and the malformed letter is still
+in the DLQ.
+
+Run by scripts/console_test.sh (which loads the stack's environment):
+    test_console.py --idemq target/debug/idemq --ledger target/debug/examples/ledger
+    test_console.py ... --screenshots docs/console   # also a PNG of each page
+
+Every check says what it expected and what it found; on a failure the page
+is saved (.state/logs/console-test-failure.{png,html}) and the console's
+log is shown.
+"""
+
+import argparse
+import http.server
+import json
+import re
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from console import Browser, Console
+from ledger import OUTAGE, Ledger, transfers
+from processes import Stopped, become_group_leader, say, warn
+
+MATCH_COUNT = re.compile(r"(\d+) of (\d+) dead letters? match")
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def equal(got, want, what: str) -> None:
+    if got != want:
+        raise AssertionError(f"{what}: expected {want!r}, got {got!r}")
+
+
+class CrossSite:
+    """Another site on another local port: a page whose form posts to the
+    console's action URL on load, without the CSRF token, as an attacker's
+    page would."""
+
+    def __init__(self, action_url: str, fields: dict[str, str]):
+        inputs = "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in fields.items())
+        page = (
+            "<!doctype html><title>another site</title>"
+            f'<form id="f" method="post" action="{action_url}">{inputs}</form>'
+            "<script>document.getElementById('f').submit()</script>"
+        ).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/post.html"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Scenario:
+    def __init__(self, args):
+        self.args = args
+        self.logs = Path(args.logs)
+        self.shots = Path(args.screenshots) if args.screenshots else None
+        self.ledger = Ledger(args.idemq, args.ledger, self.logs)
+        self.plan = transfers()
+        self.browser: Browser | None = None
+        self.console: Console | None = None
+        self.passed: list[str] = []
+        self.t0 = time.monotonic()
+
+    # ---- structure ----
+
+    @contextmanager
+    def step(self, name: str, detail: str):
+        """One step of the story: `name` in the summary, `detail` as it runs."""
+        t = time.monotonic()
+        say(f"-- {name}: {detail}")
+        yield
+        self.passed.append(name)
+        say(f"   ok ({time.monotonic() - t:.1f} s)")
+
+    def shot(self, name: str) -> None:
+        if self.shots:
+            path = self.shots / f"{name}.png"
+            self.browser.screenshot(path)
+            say(f"   saved {path}")
+
+    def start_console(self, *extra: str) -> Console:
+        if self.console:
+            self.stop_console()
+        n = getattr(self, "_consoles", 0) + 1
+        self._consoles = n
+        self.console = Console(
+            self.args.idemq,
+            ["--dlq-url", self.res.dlq_url, "--table", self.res.table,
+             "--listen", "127.0.0.1:0", "--audit", str(self.audit_file), *extra],
+            self.logs / f"console-test-console-{n}.log",
+        )
+        say(f"   {' '.join(['idemq console', *extra]) or 'idemq console'}: {self.console.base}")
+        return self.console
+
+    def stop_console(self) -> None:
+        console, self.console = self.console, None
+        code = console.stop()
+        # Serving until SIGTERM means ending on it, promptly.
+        check(code is not None, "the console did not exit within 10 s of SIGTERM")
+
+    def login(self) -> None:
+        """Opens the printed address: the token becomes the session cookie
+        and the console answers 303 to the same path without it."""
+        self.browser.get(self.console.login_url)
+        check("token=" not in self.browser.driver.current_url,
+              f"after the token address the browser is at {self.browser.driver.current_url}: "
+              "the console should redirect to the path without the token")
+        self.browser.expect_page("overview", 200)
+
+    def letters_path(self) -> str:
+        return f"/c/{self.name}/letters"
+
+    def letters(self, query: str = "") -> None:
+        self.browser.get(self.console.url(self.letters_path() + query))
+        self.browser.expect_page("letters", 200)
+
+    def search(self, **fields: str) -> None:
+        """Fills the search form as a user types it, and submits it."""
+        form = self.browser.one("form#search")
+        for name, value in fields.items():
+            box = self.browser.one(f'[name="{name}"]', within=form)
+            box.clear()
+            box.send_keys(value)
+        self.browser.click("#search-submit")
+        self.browser.expect_page("letters", 200)
+        query = parse_qs(urlsplit(self.browser.driver.current_url).query)
+        for name, value in fields.items():
+            equal(query.get(name, [""])[0], value, f"the search's URL parameter {name}")
+
+    def match_count(self) -> tuple[int, int]:
+        text = self.browser.text("#match-count")
+        m = MATCH_COUNT.search(text)
+        check(m is not None, f"#match-count is {text!r}, not `N of M dead letters match`")
+        return int(m.group(1)), int(m.group(2))
+
+    def letter_rows(self, table: str = "#letters") -> dict[str, str]:
+        """job id -> message id of the table's letters."""
+        return {
+            r.get_attribute("data-job-id"): r.get_attribute("data-message-id")
+            for r in self.browser.all(f"{table} tr.letter")
+        }
+
+    def dlq_unchanged(self, want: int, after: str) -> None:
+        got = self.ledger.depth(self.res.dlq_url)
+        equal(got, want, f"DLQ depth after {after} (read with boto3)")
+
+    def groups(self) -> list[dict]:
+        rows = []
+        for r in self.browser.all("#groups tr.group"):
+            rows.append({
+                "id": r.get_attribute("data-group"),
+                "kind": self.browser.text("td.kind", r),
+                "error": self.browser.text("td.error", r),
+                "count": self.browser.text("td.count", r),
+            })
+        return rows
+
+    def action_form(self, action: str):
+        return self.browser.one(f'form.action[data-action="{action}"]')
+
+    def run_task(self, action: str) -> dict[str, str]:
+        """From a preview page: submits #run, waits for the task page to
+        reach done, and returns its results."""
+        self.browser.submit_form("#run-submit")
+        self.browser.expect_page("task")
+        path = urlsplit(self.browser.driver.current_url).path
+        check(re.fullmatch(r"/tasks/[^/]+", path) is not None,
+              f"a run should land on /tasks/ID (303), landed on {path}")
+        state = self.browser.poll_text("#task-state", lambda s: s in ("done", "failed"), 60)
+        equal(state, "done", f"the {action} task's #task-state")
+        results = {
+            dd.get_attribute("data-result"): (dd.get_attribute("textContent") or "").strip()
+            for dd in self.browser.all("#task-result dd[data-result]")
+        }
+        check(not self.browser.all('meta[http-equiv="refresh"]'),
+              "a done task page still refreshes itself")
+        return results
+
+    # ---- the story ----
+
+    def run(self) -> None:
+        run = f"console-{int(time.time())}"
+        # The consoles' audit file (--audit), fresh for each run.
+        self.audit_file = self.logs / "console-test-audit.jsonl"
+        self.audit_file.unlink(missing_ok=True)
+        for stale in ("console-test-failure.png", "console-test-failure.html"):
+            (self.logs / stale).unlink(missing_ok=True)
+        plan = self.plan
+        outage = sorted(plan.outage_ids)
+        dead = plan.dead_letters()
+
+        with self.step("outage", f"{run}: idemq init, {len(plan.messages)} transfers, the ledger worker with {OUTAGE} down"):
+            self.res = self.ledger.init(run)
+            self.ledger.send(self.res.queue_url, plan.messages)
+            summary = self.ledger.run_worker(self.res, OUTAGE, timeout=150)
+            say(f"   {summary}")
+            self.ledger.wait_depth(self.res.dlq_url, dead, 15, "the DLQ after the outage")
+            self.ledger.wait_depth(self.res.queue_url, 0, 15, "the source queue after the worker")
+
+        self.browser = Browser()
+        b = self.browser
+
+        with self.step("auth", "read-only console: its address line, token -> cookie, 401 without it"):
+            c = self.start_console()
+            status, headers, body = c.request("GET", "/")
+            equal(status, 401, "GET / without the cookie")
+            check('data-page="login"' in body, "the 401 page is not data-page=\"login\"")
+            status, headers, _ = c.request("GET", f"/?token={c.token}")
+            equal(status, 303, "GET /?token=TOKEN")
+            check(headers.get("Location", "").endswith("/") and "token" not in headers.get("Location", ""),
+                  f"the token's 303 goes to {headers.get('Location')!r}, not the same path without it")
+            cookie = headers.get("Set-Cookie", "")
+            for part in ("idemq_console=", "HttpOnly", "SameSite=Strict", "Path=/"):
+                check(part.lower() in cookie.lower(), f"the session cookie lacks {part}: {cookie!r}")
+            status, _, _ = c.request("GET", "/?token=not-the-token")
+            equal(status, 401, "GET /?token=<wrong token>")
+
+        with self.step("overview", f"dlq-depth {dead}, the metrics, the chart, /api/overview"):
+            self.login()
+            section = b.one("section.consumer")
+            self.name = section.get_attribute("data-consumer")
+            equal(self.name, run, "the consumer's name (its DLQ's source queue)")
+            equal(b.text('dd[data-metric="dlq-depth"]', section), str(dead), "dlq-depth")
+            for metric in ("source-visible", "source-in-flight", "source-delayed", "dlq-oldest-age",
+                           "dead-last-hour", "dead-last-24h"):
+                b.one(f'dd[data-metric="{metric}"]', section)
+            equal(b.text('dd[data-metric="source-visible"]', section), "0", "source-visible")
+            equal(b.text('dd[data-metric="dead-last-hour"]', section), str(dead), "dead-last-hour")
+            equal(b.text('dd[data-metric="dead-last-24h"]', section), str(dead), "dead-last-24h")
+            age = b.text('dd[data-metric="dlq-oldest-age"]', section)
+            check(re.fullmatch(r"(\d+[dhms] ?)+", age) is not None, f"dlq-oldest-age is {age!r}, not an age like `3m 12s`")
+            bars = b.all('svg.chart[data-chart="dead-letters-per-hour"] rect.bar')
+            equal(len(bars), 24, "bars in the dead-letters-per-hour chart")
+            b.one("#changes")
+            nav = {a.get_attribute("pathname") for a in b.all("nav a")}
+            for path in ("/", self.letters_path(), "/audit"):
+                check(path in nav, f"<nav> has no link to {path} (links: {sorted(nav)})")
+            api = b.fetch("GET", "/api/overview")
+            equal(api["status"], 200, "GET /api/overview")
+            data = json.loads(api["text"])
+            consumer = data["consumers"][0]
+            equal(consumer["name"], run, "/api/overview consumers[0].name")
+            equal(consumer["dlq"]["depth"], dead, "/api/overview dlq.depth")
+            equal(len(consumer["dead_per_hour"]), 24, "/api/overview dead_per_hour length")
+            equal(sum(consumer["dead_per_hour"]), dead, "/api/overview sum of dead_per_hour")
+            for key in ("visible", "in_flight", "delayed"):
+                check(key in consumer["source"], f"/api/overview source lacks {key}")
+            check("read_at" in consumer, "/api/overview lacks read_at")
+            self.shot("overview")
+
+        with self.step("groups", "all the letters; groups retries exhausted and permanent, a group's filter"):
+            b.navigate(lambda: b.one(f'nav a[href$="{self.letters_path()}"]').click())
+            b.expect_page("letters", 200)
+            equal(self.match_count(), (dead, dead), "#match-count with no filter")
+            equal(set(self.letter_rows()), plan.outage_ids | {plan.malformed_id}, "letters listed")
+            groups = self.groups()
+            by_kind: dict[str, int] = {}
+            for g in groups:
+                by_kind[g["kind"]] = by_kind.get(g["kind"], 0) + int(g["count"])
+            equal(by_kind.get("retries exhausted"), len(outage), "letters in `retries exhausted` groups")
+            equal(by_kind.get("permanent"), 1, "letters in `permanent` groups")
+            check(all(g["kind"] in ("permanent", "retries exhausted", "unknown") for g in groups),
+                  f"a group's kind is none of permanent / retries exhausted / unknown: {groups}")
+            permanent = next(g for g in groups if g["kind"] == "permanent")
+            check("amount" in permanent["error"] and "not positive" in permanent["error"],
+                  f"the permanent group's error is {permanent['error']!r}")
+            # A group's filter link lists exactly its letters.
+            row = b.one(f'#groups tr.group[data-group="{permanent["id"]}"]')
+            b.navigate(b.one("a.group-filter", row).click)
+            b.expect_page("letters", 200)
+            equal(set(self.letter_rows()), {plan.malformed_id}, "letters of the permanent group's filter")
+            equal(self.match_count(), (1, dead), "#match-count of the permanent group")
+
+        with self.step("search", "by job id, by error text, by payload pointer /account = acct-outage"):
+            self.letters()
+            self.search(job=plan.malformed_id)
+            equal(set(self.letter_rows()), {plan.malformed_id}, "letters matching job=<malformed id>")
+            self.letters()
+            self.search(error="DOWNSTREAM OUTAGE")
+            equal(set(self.letter_rows()), plan.outage_ids, "letters whose error contains `DOWNSTREAM OUTAGE` (any case)")
+            self.letters()
+            self.search(pointer="/account", value=OUTAGE)
+            equal(self.match_count(), (len(outage), dead), "#match-count of /account = acct-outage")
+            self.outage_rows = self.letter_rows()
+            equal(set(self.outage_rows), plan.outage_ids, "letters matching /account = acct-outage")
+            self.search_path = b.path()
+            self.shot("letters")
+
+        with self.step("letter", "its context, error chain and attributes; the payload hidden; 404"):
+            job_id = outage[0]
+            body = dict(plan.messages)[job_id]
+            row = b.one(f'#letters tr.letter[data-job-id="{job_id}"]')
+            b.navigate(b.one("td.job-id a", row).click)
+            b.expect_page("letter", 200)
+            field = lambda f: b.text(f'#context dd[data-field="{f}"]')
+            equal(field("job-id"), job_id, "job-id")
+            equal(field("message-id"), self.outage_rows[job_id], "message-id (the row's data-message-id)")
+            equal(field("kind"), "retries exhausted", "kind")
+            equal(field("attempts"), "5", "attempts (maxReceiveCount)")
+            check(OUTAGE in field("error") and "outage" in field("error"), f"error is {field('error')!r}")
+            check(run in field("source-queue"), f"source-queue {field('source-queue')!r} does not name {run}")
+            size = re.match(r"\d+", field("payload-bytes").replace(",", ""))
+            check(size is not None and int(size.group()) == len(body.encode()),
+                  f"payload-bytes is {field('payload-bytes')!r}, the payload has {len(body.encode())} bytes")
+            equal(field("failure-record"), "yes", "failure-record")
+            check(field("failed-at") not in ("", "-"), "failed-at is empty")
+            check(field("first-enqueued") not in ("", "-"), "first-enqueued is empty")
+            chain = [li.get_attribute("textContent").strip() for li in b.all("#error-chain li")]
+            check(any("downstream outage for account acct-outage" in e for e in chain),
+                  f"#error-chain {chain} lacks the handler's error")
+            attributes = b.text("#attributes")
+            check("idemq-job-id" in attributes and job_id in attributes,
+                  f"#attributes lacks idemq-job-id = {job_id}: {attributes[:300]!r}")
+            b.one("#payload-hidden")
+            check(not b.all("#payload"), "#payload is shown without --show-payloads")
+            check(body not in b.driver.page_source and '"amount"' not in b.driver.page_source,
+                  "the payload's bytes are in the page without --show-payloads")
+            self.shot("letter")
+            # The malformed one, by its message id.
+            self.letters(f"?job={plan.malformed_id}")
+            message_id = self.letter_rows()[plan.malformed_id]
+            b.get(c.url(f"/c/{self.name}/letter/{message_id}"))
+            b.expect_page("letter", 200)
+            equal(field("kind"), "permanent", "the malformed letter's kind")
+            equal(field("attempts"), "1", "the malformed letter's attempts")
+            check("amount 0 is not positive" in field("error"), f"the malformed letter's error is {field('error')!r}")
+            b.get(c.url(f"/c/{self.name}/letter/no-such-job"))
+            b.expect_page("error", 404)
+
+        with self.step("read-only refused", "actions disabled; a forced dry run and a run refused with 403"):
+            b.get(c.url(self.search_path))
+            for action in ("redrive", "delete", "export"):
+                form = self.action_form(action)
+                check(form.get_attribute("method").lower() == "post", f"the {action} form's method")
+                equal(urlsplit(form.get_attribute("action")).path, f"/c/{self.name}/preview/{action}",
+                      f"the {action} form's action")
+                check(b.one("button.preview", form).get_attribute("disabled") is not None,
+                      f"the {action} button is enabled in read-only mode")
+                b.one("p.read-only", form)
+                equal(b.one('input[name="csrf"]', form).get_attribute("value"), b.csrf(),
+                      f"the {action} form's csrf (the page's meta csrf)")
+            csrf = b.csrf()
+            # As a user with the developer tools would: enable it and submit.
+            form = self.action_form("redrive")
+            b.driver.execute_script("arguments[0].disabled = false", b.one("button.preview", form))
+            b.submit_form("button.preview", form)
+            b.expect_page("error", 403)
+            check("read-only" in b.text("#error"), f"#error is {b.text('#error')!r}, without `read-only`")
+            self.shot("refused")
+            b.get(c.url(self.search_path))
+            r = b.fetch("POST", f"/c/{self.name}/run/redrive",
+                        {"csrf": csrf, "pointer": "/account", "value": OUTAGE})
+            equal(r["status"], 403, "POST run/redrive with the csrf, read-only")
+            check("read-only" in r["text"], "the refused run does not say read-only")
+            self.dlq_unchanged(dead, "the refused actions")
+
+        with self.step("restart", "the console stops on SIGTERM; again with --allow redrive,export"):
+            self.stop_console()
+            c = self.start_console("--allow", "redrive,export")
+            self.login()
+
+        with self.step("cross-site refused", "another site's auto-posting form, POSTs without the csrf: 403, nothing moved"):
+            action_url = c.url(f"/c/{self.name}/run/redrive")
+            other = CrossSite(action_url, {"pointer": "/account", "value": OUTAGE})
+            try:
+                b.get(other.url)
+                # The page posts itself to the console as soon as it loads.
+                deadline = time.monotonic() + 15
+                while not b.driver.current_url.startswith(c.base) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                b.wait_loaded()
+                check(b.driver.current_url.startswith(c.base),
+                      f"the other site's form did not post to the console (at {b.driver.current_url})")
+                b.expect_page("error", 403)
+                check("cross-site request refused" in b.text("#error"),
+                      f"#error is {b.text('#error')!r}, without `cross-site request refused`")
+            finally:
+                other.close()
+            b.get(c.url(self.search_path))
+            for form in ({"pointer": "/account", "value": OUTAGE},
+                         {"csrf": "not-the-token", "pointer": "/account", "value": OUTAGE}):
+                r = b.fetch("POST", f"/c/{self.name}/run/redrive", form)
+                equal(r["status"], 403, f"POST run/redrive with csrf={form.get('csrf')!r}")
+                check("cross-site request refused" in r["text"], "the refusal does not say `cross-site request refused`")
+            self.dlq_unchanged(dead, "the cross-site requests")
+
+        with self.step(f"redrive ({len(outage)} moved)", f"/account = {OUTAGE}: dry run, run, task done"):
+            b.get(c.url(self.search_path))
+            check(b.one("button.preview", self.action_form("delete")).get_attribute("disabled") is not None,
+                  "the delete button is enabled although --allow lacks delete")
+            b.submit_form("button.preview", self.action_form("redrive"))
+            b.expect_page("preview", 200)
+            equal(b.text("#preview-action"), "redrive", "#preview-action")
+            equal(b.text("#preview-count"), str(len(outage)), "#preview-count")
+            equal(set(self.letter_rows("#sample")), plan.outage_ids, "#sample letters")
+            if b.all("#preview-refused"):
+                say(f"   #preview-refused: {b.text('#preview-refused')!r}")
+            self.shot("preview")
+            results = self.run_task("redrive")
+            equal(results.get("moved"), str(len(outage)), "moved")
+            equal(results.get("failed", "0"), "0", "failed")
+            equal(results.get("left", "0"), "0", "left")
+            progress = b.text("#task-progress")
+            equal(progress, f"{len(outage)} of {len(outage)}", "#task-progress")
+            self.shot("task")
+            self.ledger.wait_depth(self.res.dlq_url, 1, 15, "the DLQ after the redrive")
+            self.ledger.wait_depth(self.res.queue_url, len(outage), 15, "the source queue after the redrive")
+
+        with self.step("export", "what is left: dry run, run, download (JSON lines)"):
+            self.letters()
+            b.click("a#refresh")
+            b.expect_page("letters", 200)
+            equal(self.match_count(), (1, 1), "#match-count after the redrive (refreshed)")
+            b.submit_form("button.preview", self.action_form("export"))
+            b.expect_page("preview", 200)
+            equal(b.text("#preview-count"), "1", "the export's #preview-count")
+            results = self.run_task("export")
+            equal(results.get("exported"), "1", "exported")
+            r = b.fetch("GET", b.one("a#download").get_attribute("pathname"))
+            equal(r["status"], 200, "GET the export's download")
+            check(r["type"].startswith("application/x-ndjson"), f"the download's content-type is {r['type']!r}")
+            lines = [json.loads(l) for l in r["text"].splitlines() if l.strip()]
+            equal(len(lines), 1, "lines in the export")
+            check(plan.malformed_id in r["text"], "the export does not name the malformed transfer")
+            self.dlq_unchanged(1, "the export")
+
+        with self.step("audit", "the dry runs and the runs, newest first, on the page and in the file"):
+            b.click('nav a[href$="/audit"]')
+            b.expect_page("audit", 200)
+            rows = [{k: b.text(f"td.{k}", r) for k in ("at", "who", "consumer", "action", "filter", "count", "outcome")}
+                    for r in b.all("#audit tr.audit")]
+            redrives = [i for i, r in enumerate(rows) if r["action"] == "redrive" and r["count"] == str(len(outage))]
+            dry = [i for i in redrives if rows[i]["outcome"] == "dry run"]
+            done = [i for i in redrives if rows[i]["outcome"] != "dry run" and "refused" not in rows[i]["outcome"]]
+            check(dry and done, f"the audit lacks the redrive's dry run and run (count {len(outage)}): {rows}")
+            check(done[0] < dry[-1], "the audit is not newest first (the run is listed after its dry run)")
+            for i in (dry[-1], done[0]):
+                check("/account" in rows[i]["filter"], f"the audit's filter {rows[i]['filter']!r} lacks /account")
+                equal(rows[i]["consumer"], run, "the audit's consumer")
+            check(any(r["action"] == "export" and r["outcome"] == "dry run" for r in rows), "the audit lacks the export's dry run")
+            records = [json.loads(l) for l in self.audit_file.read_text().splitlines() if l.strip()]
+            for r in records:
+                check(set(r) >= {"at", "who", "consumer", "action", "filter", "count", "outcome"},
+                      f"an audit line lacks a field: {r}")
+            check(any(r["action"] == "redrive" and r["outcome"] == "dry run" for r in records),
+                  f"{self.audit_file} lacks the redrive's dry run")
+            check(any(r["action"] == "redrive" and r["outcome"] != "dry run" and str(r["count"]) == str(len(outage))
+                      for r in records), f"{self.audit_file} lacks the redrive")
+            self.shot("audit")
+
+        with self.step("balances exact", "the outage over, the ledger again: each transfer once; the malformed letter kept"):
+            summary = self.ledger.run_worker(self.res, None, timeout=90)
+            say(f"   {summary}")
+            self.ledger.wait_depth(self.res.queue_url, 0, 15, "the source queue after the second worker")
+            for account, want in sorted(plan.expected.items()):
+                got = self.ledger.balance(self.res.table, account)
+                equal(got, want, f"balance of {account} (each well-formed transfer once)")
+            equal(self.ledger.peek_job_ids(self.res.dlq_url), [plan.malformed_id], "job ids left in the DLQ")
+
+        self.stop_console()
+
+    def save_failure(self) -> None:
+        if not self.browser:
+            return
+        try:
+            self.logs.mkdir(parents=True, exist_ok=True)
+            self.browser.driver.save_screenshot(str(self.logs / "console-test-failure.png"))
+            (self.logs / "console-test-failure.html").write_text(self.browser.driver.page_source)
+            warn(f"the page at {self.browser.driver.current_url} is saved in "
+                 f"{self.logs}/console-test-failure.png and .html")
+        except Exception as e:  # the browser itself may be what failed
+            warn(f"(could not save the page: {e})")
+
+    def cleanup(self) -> None:
+        if self.console:
+            self.console.stop()
+        self.ledger.stop_workers()
+        if self.browser:
+            self.browser.quit()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--idemq", required=True, help="the idemq binary")
+    parser.add_argument("--ledger", required=True, help="the ledger example's binary")
+    parser.add_argument("--logs", default=".state/logs", help="where logs (and a failed page) go")
+    parser.add_argument("--screenshots", help="save a PNG of each page into this folder")
+    args = parser.parse_args()
+    become_group_leader()
+    scenario = Scenario(args)
+    ok = False
+    try:
+        scenario.run()
+        ok = True
+    except (AssertionError, Stopped) as e:
+        warn(f"\nFAILED: {e}")
+        scenario.save_failure()
+    except Exception:
+        warn("\nFAILED with an unexpected error:\n" + traceback.format_exc())
+        scenario.save_failure()
+    finally:
+        console = scenario.console
+        if not ok and console:
+            warn(f"\nthe console's log ({console.process.log}), last lines:\n{console.process.log_tail()}")
+        scenario.cleanup()
+    elapsed = time.monotonic() - scenario.t0
+    if ok:
+        say(f"console test: passed {len(scenario.passed)} steps in {elapsed:.0f} s: "
+            + ", ".join(scenario.passed))
+        return 0
+    warn(f"console test: FAILED after {len(scenario.passed)} passed steps ({elapsed:.0f} s)")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
