@@ -295,10 +295,18 @@ async fn overview_json(State(app): State<Shared>, headers: HeaderMap, params: Pa
     if let Some(r) = gate(&app, &headers, "/api/overview", &params) {
         return r;
     }
+    // Polled every few seconds by an open overview: the depths are read
+    // now (queue attributes, no receive); the letters come from the
+    // snapshot as it is, whatever its age, so that watching the page does
+    // not read the DLQ again and again.
     let mut consumers = Vec::new();
     for c in &app.consumers {
-        match c.snapshot(app.max_age, false).await {
-            Ok(s) => consumers.push(pages::overview_value(c, &s)),
+        let read = match c.snapshot(Duration::MAX, false).await {
+            Ok(s) => c.depths().await.map(|d| (s, d)),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok((s, (dlq, source))) => consumers.push(pages::overview_value(c, &s, dlq, source)),
             Err(e) => consumers.push(serde_json::json!({"name": c.name, "error": e})),
         }
     }

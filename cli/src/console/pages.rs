@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
+use idemq::dlq::peek::Depth;
 use idemq::failure::FailureRecord;
 
 use super::App;
@@ -194,15 +195,22 @@ fn depth_text(d: Option<u64>) -> String {
     d.map_or_else(|| "-".into(), |n| n.to_string())
 }
 
-pub(crate) fn overview_value(c: &Consumer, s: &Snapshot) -> serde_json::Value {
+/// `/api/overview`'s entry for `c`: `dlq` and `source` as read now, the
+/// rest from the snapshot `s`.
+pub(crate) fn overview_value(
+    c: &Consumer,
+    s: &Snapshot,
+    dlq: Depth,
+    source: Option<Depth>,
+) -> serde_json::Value {
     let now = SystemTime::now();
     serde_json::json!({
         "name": c.name,
-        "source": s.source.map(|d| serde_json::json!({
+        "source": source.map(|d| serde_json::json!({
             "visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed
         })),
         "dlq": {
-            "depth": s.dlq.total(),
+            "depth": dlq.total(),
             "oldest_age_secs": s.oldest().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs()),
         },
         "dead_per_hour": s.per_hour(24, now),

@@ -143,17 +143,22 @@ impl Consumer {
         Ok(read)
     }
 
-    /// Forgets the snapshot: the next page reads the DLQ again.
-    pub async fn invalidate(&self) {
-        *self.snapshot.lock().await = None;
+    /// The DLQ's and the source queues' depths now, from their attributes
+    /// (`GetQueueAttributes`): no message is received, so watching them
+    /// costs no receive and moves nothing.
+    pub async fn depths(&self) -> Result<(Depth, Option<Depth>), String> {
+        let dlq = self
+            .ctx
+            .dlq
+            .peek()
+            .depth()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((dlq, self.source_depth().await))
     }
 
-    async fn read(&self) -> Result<Snapshot, String> {
-        let dlq = &self.ctx.dlq;
-        let depth = dlq.peek().depth().await.map_err(|e| e.to_string())?;
-        let scanned = dlq.read_letters(|_| {}).await.map_err(|e| e.to_string())?;
-        // Visible again at once: the console holds nothing.
-        dlq.release(&scanned.items).await;
+    /// The source queues' depths, summed; `None` when none could be read.
+    async fn source_depth(&self) -> Option<Depth> {
         let mut source: Option<Depth> = None;
         for peek in &self.sources {
             if let Ok(d) = peek.depth().await {
@@ -167,6 +172,21 @@ impl Consumer {
                 sum.delayed += d.delayed;
             }
         }
+        source
+    }
+
+    /// Forgets the snapshot: the next page reads the DLQ again.
+    pub async fn invalidate(&self) {
+        *self.snapshot.lock().await = None;
+    }
+
+    async fn read(&self) -> Result<Snapshot, String> {
+        let dlq = &self.ctx.dlq;
+        let depth = dlq.peek().depth().await.map_err(|e| e.to_string())?;
+        let scanned = dlq.read_letters(|_| {}).await.map_err(|e| e.to_string())?;
+        // Visible again at once: the console holds nothing.
+        dlq.release(&scanned.items).await;
+        let source = self.source_depth().await;
         Ok(Snapshot {
             read_at: SystemTime::now(),
             letters: scanned
