@@ -7,13 +7,15 @@ SHELL := /bin/bash
 # Loads the local stack's endpoints (written by `scripts/stack.sh up`).
 WITH_STACK := set -a && . .state/stack.env && set +a &&
 
-.PHONY: help demo test artifacts test-chaos sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench-postgres bench bench-peers bench-quick bench-size bench-sim
+.PHONY: help demo test artifacts test-chaos test-console screenshots sim lint lint-infra deploy fmt stack-up stack-down stack-status bench-worker bench-producer bench-redrive bench-postgres bench bench-peers bench-quick bench-size bench-sim bench-console
 
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did (cold: ~3 min; STORE=postgres: the orders example on PostgreSQL)"
 	@echo "make test        all tests (starts and stops the local stack)"
 	@echo "make artifacts   build each shipped artifact as its user does (library feature sets, functions, cargo install, cargo package)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
+	@echo "make test-console  idemq console in headless Chromium on the ledger's dead letters (part of make test; needs its build)"
+	@echo "make screenshots   the same, saving a PNG of each console page into docs/console/ (1280x900)"
 	@echo "make sim         the deterministic simulation, longer (SEEDS=1000 FIFO_SEEDS=250 HOURS=24; FIRST=1)"
 	@echo "make lint        cargo fmt --check, no circular module imports, clippy -D warnings, rustdoc"
 	@echo "make lint-infra  SAM/Terraform rules, least privilege, cfn-lint, terraform fmt"
@@ -29,6 +31,7 @@ help:
 	@echo "make bench         the peer benchmark and the four above"
 	@echo "make bench-sim  the simulation's jobs per wall second against the real SDK clients' floor (SEEDS=64)"
 	@echo "make bench-size stripped release size: the ledger with idemq (lambda) vs a plain consumer (~20 min cold; writes BENCHMARKS.md)"
+	@echo "make bench-console the console with BENCH_LETTERS dead letters (10000) against idemq dlq stats on the same DLQ (~2 min; writes BENCHMARKS.md)"
 
 demo:
 	@scripts/demo.sh
@@ -43,6 +46,17 @@ artifacts:
 test-chaos:
 	@CHAOS_JOBS=1000 scripts/chaos.sh
 	@FUZZ_SECONDS=60 scripts/fuzz.sh
+
+# Part of make test. Runs target/debug/idemq and target/debug/examples/ledger
+# as make test builds them; installs Debian's chromium and the Selenium venv
+# on first run (scripts/browser.sh). The stack is left running, as by stack-up.
+test-console: stack-up
+	@scripts/browser.sh
+	@scripts/console_test.sh
+
+# Starts the stack only if it is not running, and then stops it again.
+screenshots:
+	@scripts/screenshots.sh
 
 # The deterministic simulation (tests/simulation.rs; `make test` runs a
 # smaller campaign). No stack needed. A failing seed prints its replay command.
@@ -113,6 +127,17 @@ bench-quick:
 	@scripts/bench.sh --quick
 
 bench: bench-peers bench-worker bench-producer bench-redrive bench-postgres
+
+# `idemq console` with BENCH_LETTERS dead letters (default 10,000) against
+# `idemq dlq stats` reading the same DLQ, in one run on the local stack
+# (bench/console.py). Built as make test builds its programs (with an
+# example, so that the dev-dependencies' features apply), so it reuses that
+# build. Writes BENCHMARKS.md ("Console with 10,000 dead letters") only
+# for the 10,000 its section is named for.
+BENCH_LETTERS ?= 10000
+bench-console: stack-up
+	cargo build --locked --workspace --exclude idemq-demo --features testing,postgres --bin idemq --example ledger
+	BENCH_LETTERS=$(BENCH_LETTERS) scripts/bench_console.sh --write
 
 bench-size:
 	bench/size.sh --write
