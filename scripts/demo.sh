@@ -117,4 +117,6 @@ echo
 echo "Once the outage is over, replay the dead letters safely:"
 echo "  set -a; . .state/stack.env; set +a"
 echo "  target/demo/idemq dlq redrive --dlq-url $dlq_url --table $run --error-contains outage"
+echo "or in a browser (docs/console.md): dry run first, then redrive what a search matches:"
+echo "  target/demo/idemq console --dlq-url $dlq_url --table $run --allow redrive"
 echo "The stack is still running: 'make stack-down' stops it."
