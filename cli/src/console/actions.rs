@@ -495,13 +495,7 @@ impl Record {
         count: usize,
         outcome: String,
     ) -> Self {
-        let filter = search
-            .pairs()
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let filter = search.text();
         Self {
             at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             who: who.to_owned(),

@@ -713,13 +713,7 @@ pub(crate) fn preview(app: &App, c: &Consumer, p: &Preview) -> Response {
 }
 
 fn filter_text(search: &Search) -> String {
-    let text = search
-        .pairs()
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let text = search.text();
     if text.is_empty() {
         "every letter".into()
     } else {

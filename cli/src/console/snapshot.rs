@@ -342,6 +342,17 @@ impl Search {
         ]
     }
 
+    /// Its non-empty fields as `field=value` pairs, space-separated
+    /// (empty: every letter), as pages and audit records show it.
+    pub fn text(&self) -> String {
+        self.pairs()
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pairs().iter().all(|(_, v)| v.is_empty())
     }
