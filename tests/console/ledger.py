@@ -133,8 +133,10 @@ class Ledger:
         if fail_accounts:
             env["LEDGER_FAIL_ACCOUNTS"] = fail_accounts
         n = len(self.workers) + 1
+        # --emf: its metrics as EMF lines on stdout (the log), which the test
+        # turns into CloudWatch metrics (emf.py).
         worker = Process(f"ledger worker {n}",
-                         [self.ledger, "--queue-url", res.queue_url, "--exit-when-idle", "6"],
+                         [self.ledger, "--queue-url", res.queue_url, "--exit-when-idle", "6", "--emf"],
                          self.logs / f"console-test-ledger-{n}.log", env=env)
         self.workers.append(worker)
         code = worker.wait(timeout)

@@ -3,8 +3,9 @@
 
 The story an operator lives through: a downstream outage sends six
 transfers to the DLQ (after maxReceiveCount receives, by SQS's redrive) and
-a malformed one goes there at once. In the console, read-only first: the
-overview counts them, a search by a payload field (/account = acct-outage)
+a malformed one goes there at once; the worker's metrics (EMF lines) go
+to the local CloudWatch as Lambda's would. In the console, read-only
+first: the overview counts them and charts the worker's retries, a search by a payload field (/account = acct-outage)
 finds exactly the outage's letters, the groups tell the retries exhausted
 from the permanent, a letter shows its context but not its payload, and
 an action is refused. A page on another site that posts to the console is
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import emf
 from console import Browser, Console
 from ledger import OUTAGE, Ledger, transfers
 from processes import Stopped, become_group_leader, say, warn
@@ -231,6 +233,13 @@ class Scenario:
             self.ledger.send(self.res.queue_url, plan.messages)
             summary = self.ledger.run_worker(self.res, OUTAGE, timeout=150)
             say(f"   {summary}")
+            # The worker's EMF lines, made CloudWatch metrics as on Lambda.
+            metrics = emf.lines(self.ledger.workers[-1].log)
+            self.retried = emf.total(metrics, "JobsRetried")
+            self.received = emf.total(metrics, "BatchSize")
+            check(self.retried > 0, f"the worker's EMF lines count no JobsRetried ({len(metrics)} lines)")
+            say(f"   {len(metrics)} EMF lines, {emf.publish(metrics)} metric data put: "
+                f"JobsRetried {self.retried}, BatchSize {self.received}")
             self.ledger.wait_depth(self.res.dlq_url, dead, 15, "the DLQ after the outage")
             self.ledger.wait_depth(self.res.queue_url, 0, 15, "the source queue after the worker")
 
@@ -268,6 +277,19 @@ class Scenario:
             check(re.fullmatch(r"(\d+[dhms] ?)+", age) is not None, f"dlq-oldest-age is {age!r}, not an age like `3m 12s`")
             bars = b.all('svg.chart[data-chart="dead-letters-per-hour"] rect.bar')
             equal(len(bars), 24, "bars in the dead-letters-per-hour chart")
+            # Retries from CloudWatch: every JobsRetried the worker printed,
+            # all of it in the last hour.
+            retries = b.one('svg.chart[data-chart="retries-per-hour"]', section).get_attribute("data-values")
+            retries = [int(v) for v in retries.split(",")]
+            equal(len(retries), 24, "hours in the retries-per-hour chart")
+            equal(sum(retries), self.retried, "retries in the chart (the worker's JobsRetried)")
+            equal(retries[-1], self.retried, "retries in the chart's last hour")
+            equal(b.text('dd[data-metric="retried-last-hour"]', section), str(self.retried), "retried-last-hour")
+            equal(b.text('dd[data-metric="retry-rate-last-hour"]', section),
+                  f"{100 * self.retried / self.received:.1f} %", "retry-rate-last-hour")
+            # LocalStack publishes no ApproximateAgeOfOldestMessage (SQS does,
+            # every minute, while the queue is active): no value here.
+            equal(b.text('dd[data-metric="source-oldest-age"]', section), "-", "source-oldest-age")
             b.one("#changes")
             nav = {a.get_attribute("pathname") for a in b.all("nav a")}
             for path in ("/", self.letters_path(), "/audit"):
@@ -282,6 +304,7 @@ class Scenario:
             equal(sum(consumer["dead_per_hour"]), dead, "/api/overview sum of dead_per_hour")
             for key in ("visible", "in_flight", "delayed"):
                 check(key in consumer["source"], f"/api/overview source lacks {key}")
+            equal(consumer["cloudwatch"].get("retried_per_hour"), retries, "/api/overview cloudwatch.retried_per_hour")
             check("read_at" in consumer, "/api/overview lacks read_at")
             self.shot("overview")
 

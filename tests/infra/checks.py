@@ -74,8 +74,10 @@ def kms_needs(d: Deployment, actions: dict[str, str]) -> dict[str, str]:
 
 # Actions IAM cannot scope to a resource: a policy grants them on "*".
 # https://docs.aws.amazon.com/service-authorization/latest/reference/list_awslambda.html
-# (ListEventSourceMappings: no resource type).
-UNSCOPED = {"lambda:ListEventSourceMappings"}
+# (ListEventSourceMappings: no resource type);
+# https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatch.html
+# (GetMetricData: no resource type).
+UNSCOPED = {"lambda:ListEventSourceMappings", "cloudwatch:GetMetricData"}
 
 OPERATOR_SCOPE: dict[str, set[str]] = {
     "sqs:GetQueueUrl": {"source", "dlq"},
@@ -95,6 +97,8 @@ OPERATOR_SCOPE: dict[str, set[str]] = {
     # configuration, its DLQ through its SQS event source.
     "lambda:GetFunctionConfiguration": {"function"},
     "lambda:ListEventSourceMappings": {"*"},
+    # `idemq console`: retries and the oldest message's age.
+    "cloudwatch:GetMetricData": {"*"},
     **KMS_SCOPE,
 }
 

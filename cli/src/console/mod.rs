@@ -5,7 +5,8 @@
 //! run and with an audit record.
 //!
 //! One file per concern: [`snapshot`] (reading a DLQ once for every page,
-//! groups, the search), [`guard`] (who may ask: the secret token, the
+//! groups, the search), [`metrics`] (retries and the source queues' oldest
+//! message, from CloudWatch), [`guard`] (who may ask: the secret token, the
 //! session cookie, CSRF), [`actions`] (dry runs, runs as background
 //! tasks, the audit file), [`pages`] (the HTML). This file holds the
 //! command's arguments, the routes and the server.
@@ -35,11 +36,13 @@ use crate::{StoreKind, usage_error};
 
 mod actions;
 mod guard;
+mod metrics;
 mod pages;
 mod snapshot;
 
 use actions::{Action, Tasks};
 use guard::Guard;
+use metrics::Watch;
 use snapshot::{Consumer, Search};
 
 #[derive(Debug, clap::Args)]
@@ -111,6 +114,7 @@ pub async fn run(args: ConsoleArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         ));
     }
     let sqs = aws_sdk_sqs::Client::new(sdk);
+    let cloudwatch = aws_sdk_cloudwatch::Client::new(sdk);
     let functions: Vec<Option<String>> = if args.functions.is_empty() {
         vec![None]
     } else {
@@ -157,7 +161,8 @@ pub async fn run(args: ConsoleArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         if consumers.iter().any(|c: &Consumer| c.name == name) {
             return usage_error(&format!("{name} is named twice"));
         }
-        consumers.push(Consumer::new(name, ctx, sources));
+        let watch = Watch::new(cloudwatch.clone(), ctx.dlq.source_queues().to_vec());
+        consumers.push(Consumer::new(name, ctx, sources, watch));
     }
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -286,7 +291,11 @@ async fn overview(State(app): State<Shared>, headers: HeaderMap, params: Params)
     let fresh = params.contains_key("refresh");
     let mut views = Vec::new();
     for c in &app.consumers {
-        views.push((c, c.snapshot(app.max_age, fresh).await));
+        views.push((
+            c,
+            c.snapshot(app.max_age, fresh).await,
+            c.watch.activity().await,
+        ));
     }
     pages::overview(&app, &views)
 }
@@ -298,7 +307,8 @@ async fn overview_json(State(app): State<Shared>, headers: HeaderMap, params: Pa
     // Polled every few seconds by an open overview: the depths are read
     // now (queue attributes, no receive); the letters come from the
     // snapshot as it is, whatever its age, so that watching the page does
-    // not read the DLQ again and again.
+    // not read the DLQ again and again; CloudWatch's numbers at most once
+    // a minute.
     let mut consumers = Vec::new();
     for c in &app.consumers {
         let read = match c.snapshot(Duration::MAX, false).await {
@@ -306,7 +316,10 @@ async fn overview_json(State(app): State<Shared>, headers: HeaderMap, params: Pa
             Err(e) => Err(e),
         };
         match read {
-            Ok((s, (dlq, source))) => consumers.push(pages::overview_value(c, &s, dlq, source)),
+            Ok((s, (dlq, source))) => {
+                let activity = c.watch.activity().await;
+                consumers.push(pages::overview_value(c, &s, dlq, source, &activity));
+            }
             Err(e) => consumers.push(serde_json::json!({"name": c.name, "error": e})),
         }
     }

@@ -7,6 +7,7 @@
 //! `data-result`): docs/console.md lists them.
 
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +18,7 @@ use idemq::failure::FailureRecord;
 
 use super::App;
 use super::actions::{Action, Brief, Preview, Record, State, Task};
+use super::metrics::{Activity, HOURS};
 use super::snapshot::{Consumer, Letter, SEARCH_FIELDS, Search, Snapshot};
 
 /// Letters shown on a page at most; the count says how many match.
@@ -30,10 +32,10 @@ table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:12px}
 th,td{border-bottom:1px solid #e3e6eb;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#eef1f5;font-weight:600}td.count,td.attempts{text-align:right}
 section.consumer{background:#fff;border:1px solid #e3e6eb;border-radius:6px;padding:12px 16px;margin-bottom:16px}
-dl.metrics{display:grid;grid-template-columns:repeat(7,auto);gap:4px 16px;margin:0}
-dl.metrics dt{font-size:12px;color:#5b6475;grid-row:1}dl.metrics dd{margin:0;font-size:20px;grid-row:2}
+dl.metrics{display:flex;flex-wrap:wrap;gap:8px 20px;margin:0}
+dl.metrics dt{font-size:12px;color:#5b6475}dl.metrics dd{margin:0;font-size:20px}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dl.kv dt{color:#5b6475}dl.kv dd{margin:0}
-svg.chart rect.bar{fill:#c4463a}svg.chart text{font-size:10px;fill:#5b6475}
+svg.chart rect.bar{fill:#c4463a}svg.chart[data-chart=retries-per-hour] rect.bar{fill:#d08a1e}svg.chart text{font-size:10px;fill:#5b6475}
 form#search{display:flex;flex-wrap:wrap;gap:8px;align-items:end;margin-bottom:12px}
 form#search label{display:flex;flex-direction:column;font-size:12px;color:#5b6475}
 form.action{display:inline-block;margin-right:8px}p.read-only{color:#8a5a00;margin:4px 0}
@@ -159,17 +161,23 @@ fn metric(out: &mut String, name: &str, label: &str, value: String) {
     );
 }
 
-fn chart(per_hour: &[u64]) -> String {
-    let (w, h, bar) = (24 * 20, 120, 16);
+/// Bars of `per_hour` (oldest first), one per hour; `data-values` holds
+/// the numbers for scripts and tests.
+fn chart(name: &str, label: &str, per_hour: &[u64]) -> String {
+    let hours = per_hour.len();
+    let (w, h, bar) = (hours * 20, 120, 16);
     let max = per_hour.iter().copied().max().unwrap_or(0).max(1);
+    let values: Vec<String> = per_hour.iter().map(u64::to_string).collect();
     let mut svg = format!(
-        "<svg class=\"chart\" data-chart=\"dead-letters-per-hour\" width=\"{w}\" height=\"{}\" \
-         role=\"img\" aria-label=\"dead letters per hour, last 24 hours\">",
-        h + 14
+        "<svg class=\"chart\" data-chart=\"{name}\" data-values=\"{}\" width=\"{w}\" \
+         height=\"{}\" role=\"img\" aria-label=\"{}, last {hours} hours\">",
+        values.join(","),
+        h + 14,
+        esc(label)
     );
     for (i, n) in per_hour.iter().enumerate() {
         let height = (*n * h / max) as usize;
-        let hours_ago = per_hour.len() - i;
+        let hours_ago = hours - i;
         let _ = write!(
             svg,
             "<rect class=\"bar\" x=\"{}\" y=\"{}\" width=\"{bar}\" height=\"{height}\">\
@@ -178,17 +186,47 @@ fn chart(per_hour: &[u64]) -> String {
             h as usize - height
         );
     }
-    // A baseline, so that hours without a dead letter read as zero.
+    // A baseline, so that hours without a value read as zero.
     let _ = write!(
         svg,
         "<line x1=\"0\" y1=\"{h}\" x2=\"{w}\" y2=\"{h}\" stroke=\"#9aa3b2\"/>\
-         <text x=\"0\" y=\"{y}\">24 h ago</text><text x=\"{}\" y=\"{y}\">12 h ago</text>\
+         <text x=\"0\" y=\"{y}\">{hours} h ago</text><text x=\"{}\" y=\"{y}\">{} h ago</text>\
          <text x=\"{}\" y=\"{y}\">now</text></svg>",
         w / 2 - 20,
+        hours / 2,
         w - 22,
         y = h + 12
     );
     svg
+}
+
+/// The retries chart and where its numbers come from, or why there are
+/// none.
+fn cloudwatch_part(activity: Result<&Activity, &String>) -> String {
+    match activity {
+        Err(e) => format!(
+            "<p class=\"note cloudwatch error\" id=\"cloudwatch-error\">Retries and the oldest \
+             waiting message come from CloudWatch, which could not be read: {}</p>",
+            esc(e)
+        ),
+        Ok(a) => {
+            let mut out = chart("retries-per-hour", "jobs retried per hour", &a.retried);
+            let _ = write!(
+                out,
+                "<p class=\"note\">Retries per hour: the consumer's <code>JobsRetried</code> \
+                 metric (namespace <code>idemq</code>), out of its <code>BatchSize</code>; the \
+                 oldest waiting message: SQS's <code>ApproximateAgeOfOldestMessage</code>{}. \
+                 From CloudWatch at {}.</p>",
+                if a.oldest.is_none() {
+                    " (no value in the last 15 minutes)"
+                } else {
+                    ""
+                },
+                time(Some(a.read_at))
+            );
+            out
+        }
+    }
 }
 
 fn depth_text(d: Option<u64>) -> String {
@@ -202,8 +240,18 @@ pub(crate) fn overview_value(
     s: &Snapshot,
     dlq: Depth,
     source: Option<Depth>,
+    activity: &Result<Activity, String>,
 ) -> serde_json::Value {
     let now = SystemTime::now();
+    let cloudwatch = match activity {
+        Ok(a) => serde_json::json!({
+            "retried_per_hour": a.retried,
+            "received_per_hour": a.received,
+            "source_oldest_age_secs": a.oldest.map(|(age, _)| age.as_secs()),
+            "read_at": time(Some(a.read_at)),
+        }),
+        Err(e) => serde_json::json!({ "error": e }),
+    };
     serde_json::json!({
         "name": c.name,
         "source": source.map(|d| serde_json::json!({
@@ -213,21 +261,27 @@ pub(crate) fn overview_value(
             "depth": dlq.total(),
             "oldest_age_secs": s.oldest().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs()),
         },
-        "dead_per_hour": s.per_hour(24, now),
+        "dead_per_hour": s.per_hour(HOURS, now),
         "read_at": time(Some(s.read_at)),
+        "cloudwatch": cloudwatch,
     })
 }
 
-pub(crate) fn overview(
-    app: &App,
-    views: &[(&Consumer, Result<std::sync::Arc<Snapshot>, String>)],
-) -> Response {
+/// A consumer on the overview: its DLQ's snapshot and CloudWatch's numbers,
+/// each as read or why not.
+pub(crate) type ConsumerView<'a> = (
+    &'a Consumer,
+    Result<Arc<Snapshot>, String>,
+    Arc<Result<Activity, String>>,
+);
+
+pub(crate) fn overview(app: &App, views: &[ConsumerView<'_>]) -> Response {
     let now = SystemTime::now();
     let mut body = String::from(
         "<div id=\"changes\">watching for changes…</div>\
          <p><a id=\"refresh\" href=\"/?refresh=1\">Read the DLQs now</a></p>",
     );
-    for (c, s) in views {
+    for (c, s, activity) in views {
         let _ = write!(
             body,
             "<section class=\"consumer\" data-consumer=\"{}\"><h2><a href=\"/c/{}/letters\">{}</a></h2>",
@@ -244,7 +298,7 @@ pub(crate) fn overview(
                 );
             }
             Ok(s) => {
-                let per_hour = s.per_hour(24, now);
+                let per_hour = s.per_hour(HOURS, now);
                 body.push_str("<dl class=\"metrics\">");
                 metric(
                     &mut body,
@@ -263,6 +317,21 @@ pub(crate) fn overview(
                     "source-delayed",
                     "delayed",
                     depth_text(s.source.map(|d| d.delayed)),
+                );
+                metric(
+                    &mut body,
+                    "source-oldest-age",
+                    "oldest waiting",
+                    match activity.as_ref() {
+                        Ok(a) => a.oldest.map_or_else(
+                            || "-".into(),
+                            |(d, _)| {
+                                humantime::format_duration(Duration::from_secs(d.as_secs()))
+                                    .to_string()
+                            },
+                        ),
+                        Err(_) => "?".into(),
+                    },
                 );
                 metric(
                     &mut body,
@@ -288,8 +357,28 @@ pub(crate) fn overview(
                     "in the last 24 h",
                     per_hour.iter().sum::<u64>().to_string(),
                 );
+                if let Ok(a) = activity.as_ref() {
+                    metric(
+                        &mut body,
+                        "retried-last-hour",
+                        "retried in the last hour",
+                        a.retried.last().copied().unwrap_or(0).to_string(),
+                    );
+                    metric(
+                        &mut body,
+                        "retry-rate-last-hour",
+                        "of receives",
+                        a.retry_rate_last_hour()
+                            .map_or_else(|| "-".into(), |r| format!("{:.1} %", r * 100.0)),
+                    );
+                }
                 body.push_str("</dl>");
-                body.push_str(&chart(&per_hour));
+                body.push_str(&chart(
+                    "dead-letters-per-hour",
+                    "dead letters per hour",
+                    &per_hour,
+                ));
+                body.push_str(&cloudwatch_part(activity.as_ref().as_ref()));
                 let _ = write!(
                     body,
                     "<p class=\"note\">Read at {}; dead letters per hour from each letter's \
@@ -829,8 +918,16 @@ mod tests {
 
     #[test]
     fn the_chart_has_a_bar_per_hour() {
-        let svg = chart(&[0, 3, 1]);
+        let svg = chart("retries-per-hour", "retries <per hour>", &[0, 3, 1]);
         assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
+        assert!(
+            svg.contains("data-chart=\"retries-per-hour\" data-values=\"0,3,1\""),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("retries &lt;per hour&gt;, last 3 hours"),
+            "{svg}"
+        );
         assert!(
             svg.contains("height=\"120\""),
             "the largest bar is full height: {svg}"

@@ -16,6 +16,7 @@ use idemq::dlq::redrive::{Filter, parse_when};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
+use super::metrics::Watch;
 use crate::dlq::Ctx;
 
 /// One consumer the console shows.
@@ -25,6 +26,8 @@ pub(crate) struct Consumer {
     pub ctx: Ctx,
     /// Its source queues, for their depths.
     pub sources: Vec<Peek>,
+    /// Its retries and its source queues' oldest message, from CloudWatch.
+    pub watch: Watch,
     snapshot: Mutex<Option<Arc<Snapshot>>>,
 }
 
@@ -115,11 +118,12 @@ impl Letter {
 }
 
 impl Consumer {
-    pub fn new(name: String, ctx: Ctx, sources: Vec<Peek>) -> Self {
+    pub fn new(name: String, ctx: Ctx, sources: Vec<Peek>, watch: Watch) -> Self {
         Self {
             name,
             ctx,
             sources,
+            watch,
             snapshot: Mutex::new(None),
         }
     }

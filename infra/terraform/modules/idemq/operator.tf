@@ -69,6 +69,16 @@ data "aws_iam_policy_document" "operator" {
     actions   = ["lambda:ListEventSourceMappings"]
     resources = ["*"]
   }
+
+  # idemq console: the consumer's retries (the idemq namespace) and the
+  # source queue's oldest message (AWS/SQS). GetMetricData takes no
+  # resource, so "*"; it reads metrics only:
+  # https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatch.html
+  statement {
+    sid       = "ConsumerMetrics"
+    actions   = ["cloudwatch:GetMetricData"]
+    resources = ["*"]
+  }
 }
 
 # With a customer managed key: send and receive on the queues encrypted with
