@@ -91,10 +91,12 @@ class Ledger:
         self.dynamodb = boto3.client("dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
         self.workers: list[Process] = []
 
-    def init(self, run: str) -> Resources:
-        """`idemq init`, as scripts/demo.sh runs it."""
+    def init(self, run: str, table: str | None = None) -> Resources:
+        """`idemq init`, as scripts/demo.sh runs it: queues named `run`, the
+        table `table` (default `run`; an existing one is checked, not made)."""
+        table = table or run
         out = subprocess.run(
-            [self.idemq, "init", "--queue-name", run, "--table-name", run,
+            [self.idemq, "init", "--queue-name", run, "--table-name", table,
              "--max-receive-count", str(MAX_RECEIVE_COUNT), "--visibility-timeout-secs", "10"],
             capture_output=True, text=True, timeout=120,
         )
@@ -102,7 +104,7 @@ class Ledger:
             raise AssertionError(f"idemq init failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
         try:
             made = json.loads(out.stdout)
-            return Resources(run, made["queue_url"], made["dlq_url"], run)
+            return Resources(run, made["queue_url"], made["dlq_url"], table)
         except (ValueError, KeyError) as e:
             raise AssertionError(f"idemq init printed no queue_url/dlq_url JSON ({e}): {out.stdout!r}")
 

@@ -14,7 +14,8 @@ run of the redrive filtered by the same field, the redrive itself as a
 task, an export of what is left, the audit of all of it; and the ledger,
 its outage over, applies the redriven transfers: every balance is exact
 (each transfer once, the duplicate too), and the malformed letter is still
-in the DLQ.
+in the DLQ. Last, a second consumer of the same table: one console shows
+both, each named by a file of its settings (--env-file).
 
 Run by scripts/console_test.sh (which loads the stack's environment):
     test_console.py --idemq target/debug/idemq --ledger target/debug/examples/ledger
@@ -117,15 +118,18 @@ class Scenario:
             self.browser.screenshot(path)
             say(f"   saved {path}")
 
-    def start_console(self, *extra: str) -> Console:
+    def start_console(self, *extra: str, consumers: list[str] | None = None) -> Console:
+        """The console on the ledger's consumer (its DLQ and table as flags),
+        or on `consumers` (--function / --env-file arguments)."""
         if self.console:
             self.stop_console()
         n = getattr(self, "_consoles", 0) + 1
         self._consoles = n
+        if consumers is None:
+            consumers = ["--dlq-url", self.res.dlq_url, "--table", self.res.table]
         self.console = Console(
             self.args.idemq,
-            ["--dlq-url", self.res.dlq_url, "--table", self.res.table,
-             "--listen", "127.0.0.1:0", "--audit", str(self.audit_file), *extra],
+            [*consumers, "--listen", "127.0.0.1:0", "--audit", str(self.audit_file), *extra],
             self.logs / f"console-test-console-{n}.log",
         )
         say(f"   {' '.join(['idemq console', *extra]) or 'idemq console'}: {self.console.base}")
@@ -516,6 +520,45 @@ class Scenario:
                 got = self.ledger.balance(self.res.table, account)
                 equal(got, want, f"balance of {account} (each well-formed transfer once)")
             equal(self.ledger.peek_job_ids(self.res.dlq_url), [plan.malformed_id], "job ids left in the DLQ")
+
+        with self.step("two consumers", "a second consumer of the same table (own queues and namespace); "
+                                        "one console on both, each by --env-file"):
+            second = self.ledger.init(f"{run}-b", table=self.res.table)
+            bad = [f"{run}-b-{n}" for n in (1, 2)]
+            self.ledger.send(second.queue_url, [
+                (j, json.dumps({"transfer_id": j, "account": "acct-a", "amount": 0})) for j in bad])
+            self.ledger.run_worker(second, None, timeout=60)
+            self.ledger.wait_depth(second.dlq_url, len(bad), 15, "the second consumer's DLQ")
+            # Each consumer's settings as a file: a .env file's syntax, the
+            # table and the DLQ; the namespace is each one's source queue.
+            files = []
+            for res in (self.res, second):
+                f = self.logs / f"console-test-{res.run}.env"
+                f.write_text(f"# the consumer of {res.queue_url}\nIDEMQ_DLQ_URL={res.dlq_url}\n"
+                             f"export IDEMQ_TABLE='{res.table}'\n")
+                files += ["--env-file", str(f)]
+            self.start_console(consumers=files)
+            self.login()
+            sections = {s.get_attribute("data-consumer"): s for s in b.all("section.consumer")}
+            equal(sorted(sections), sorted([run, second.run]), "the overview's consumers")
+            equal(b.text('dd[data-metric="dlq-depth"]', sections[run]), "1", f"{run}'s dlq-depth")
+            equal(b.text('dd[data-metric="dlq-depth"]', sections[second.run]), str(len(bad)),
+                  f"{second.run}'s dlq-depth")
+            nav = {a.get_attribute("pathname") for a in b.all("nav a")}
+            for name in (run, second.run):
+                check(f"/c/{name}/letters" in nav, f"<nav> has no link to {name}'s letters (links: {sorted(nav)})")
+            b.navigate(lambda: b.one(f'nav a[href$="/c/{second.run}/letters"]').click())
+            b.expect_page("letters", 200)
+            equal(sorted(self.letter_rows()), bad, f"{second.run}'s letters")
+            equal([(g["kind"], int(g["count"])) for g in self.groups()], [("permanent", len(bad))],
+                  f"{second.run}'s groups")
+            # Its failure record is found: the file's table, its own namespace.
+            row = b.one(f'#letters tr.letter[data-job-id="{bad[0]}"]')
+            b.navigate(b.one("td.job-id a", row).click)
+            b.expect_page("letter", 200)
+            equal(b.text('#context dd[data-field="failure-record"]'), "yes", f"{bad[0]}'s failure-record")
+            check("amount" in b.text('#context dd[data-field="error"]'),
+                  f"{bad[0]}'s error {b.text('#context dd[data-field=error]')!r} is not the ledger's")
 
         self.stop_console()
 

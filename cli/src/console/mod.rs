@@ -49,18 +49,23 @@ use snapshot::{Consumer, Search};
 pub struct ConsoleArgs {
     /// A consumer by its Lambda function (name, ARN or NAME:ALIAS), as
     /// `idemq dlq --function` reads it; repeat for several consumers.
-    /// Without it: one consumer, from the flags below and this shell's
-    /// IDEMQ_* environment.
     #[arg(long = "function", value_name = "NAME_OR_ARN")]
     functions: Vec<String>,
+    /// A consumer by its settings in a file (KEY=VALUE lines or a JSON
+    /// object, IDEMQ_DLQ_URL included), as `idemq dlq --env-file` reads
+    /// it; repeat for several consumers. Without --function and
+    /// --env-file: one consumer, from the flags below and this shell's
+    /// IDEMQ_* environment.
+    #[arg(long = "env-file", value_name = "FILE")]
+    env_files: Vec<PathBuf>,
     /// The dead-letter queue [default: IDEMQ_DLQ_URL, or the function's].
-    #[arg(long, conflicts_with = "functions")]
+    #[arg(long, conflicts_with_all = ["functions", "env_files"])]
     dlq_url: Option<String>,
     /// The idemq table, for failure records [default: IDEMQ_TABLE].
-    #[arg(long, conflicts_with = "functions")]
+    #[arg(long, conflicts_with_all = ["functions", "env_files"])]
     table: Option<String>,
     /// Where the consumer keeps its failure records [default: dynamodb].
-    #[arg(long, value_enum, conflicts_with = "functions")]
+    #[arg(long, value_enum, conflicts_with_all = ["functions", "env_files"])]
     store: Option<StoreKind>,
     /// Seconds each message stays invisible while the DLQ is read; each
     /// is made visible again as soon as the read ends (1 to 43200).
@@ -115,15 +120,22 @@ pub async fn run(args: ConsoleArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
     }
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let cloudwatch = aws_sdk_cloudwatch::Client::new(sdk);
-    let functions: Vec<Option<String>> = if args.functions.is_empty() {
-        vec![None]
-    } else {
-        args.functions.iter().cloned().map(Some).collect()
-    };
+    // Each consumer's settings: a function's, a file's, or (neither given)
+    // this shell's.
+    let mut sources: Vec<(Option<String>, Option<PathBuf>)> = args
+        .functions
+        .iter()
+        .map(|f| (Some(f.clone()), None))
+        .chain(args.env_files.iter().map(|p| (None, Some(p.clone()))))
+        .collect();
+    if sources.is_empty() {
+        sources.push((None, None));
+    }
     let mut consumers = Vec::new();
-    for function in functions {
+    for (function, env_file) in sources {
         let common = Common {
             function: function.clone(),
+            env_file: env_file.clone(),
             dlq_url: args.dlq_url.clone(),
             table: args.table.clone(),
             store: args.store,
@@ -131,6 +143,7 @@ pub async fn run(args: ConsoleArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         };
         let wanted = consumer::Wanted {
             function: function.clone(),
+            env_file,
             dlq_url: args.dlq_url.clone(),
             needs_dlq: true,
             table: args.table.clone(),

@@ -1,12 +1,15 @@
 //! Whose settings a command uses: the flags first; then, with
 //! `--function`, the Lambda function's configuration (its environment,
-//! its DLQ through its SQS event source); else this shell's environment.
+//! its DLQ through its SQS event source); with `--env-file`, the variables
+//! a file holds (the consumer's environment written down); else this
+//! shell's environment.
 //!
-//! With `--function` the shell's `IDEMQ_*` variables are not read: a
-//! variable left over from another consumer would otherwise quietly
-//! change the keys looked up. Each setting's origin is printed on stderr,
+//! With `--function` or `--env-file` the shell's `IDEMQ_*` variables are
+//! not read: a variable left over from another consumer would otherwise
+//! quietly change the keys looked up. Each setting's origin is printed on stderr,
 //! and secrets (a connection string's password) never are.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use idemq::dlq::settings::{CONSUMER_VARS, ConsumerEnv};
@@ -18,6 +21,8 @@ use crate::{StoreKind, usage_error};
 pub(crate) struct Wanted {
     /// `--function`.
     pub function: Option<String>,
+    /// `--env-file` (never with `--function`).
+    pub env_file: Option<PathBuf>,
     /// `--dlq-url`.
     pub dlq_url: Option<String>,
     /// Whether the command works on a DLQ.
@@ -51,6 +56,9 @@ pub(crate) async fn resolve(
     sdk: &aws_config::SdkConfig,
     sqs: &aws_sdk_sqs::Client,
 ) -> Result<Consumer, ExitCode> {
+    if let Some(path) = wanted.env_file.clone() {
+        return from_file(&path, wanted);
+    }
     let Some(name) = wanted.function.as_deref() else {
         return Ok(Consumer {
             env: ConsumerEnv::from_process(),
@@ -68,38 +76,12 @@ pub(crate) async fn resolve(
         .await
         .map_err(|e| failed(&e))?;
     let env = ConsumerEnv::from_vars(f.vars);
-    let shown = env.shown();
-    if shown.is_empty() {
-        eprintln!(
-            "idemq: function {} (GetFunctionConfiguration): no idemq variable set; the defaults apply",
-            f.arn
-        );
-    } else {
-        eprintln!(
-            "idemq: settings of function {} (GetFunctionConfiguration):",
-            f.arn
-        );
-        for (var, value) in &shown {
-            eprintln!("  {var}={value}");
-        }
-    }
-    let ignored: Vec<&str> = CONSUMER_VARS
-        .iter()
-        .copied()
-        .chain(["IDEMQ_DLQ_URL"])
-        .filter(|v| std::env::var_os(v).is_some())
-        .collect();
-    if !ignored.is_empty() {
-        eprintln!(
-            "idemq: not read from this shell with --function: {} (flags override the function's \
-             settings)",
-            ignored.join(", ")
-        );
-    }
-    if let (Some(t), Some(theirs)) = (&wanted.table, env.get("IDEMQ_TABLE")) {
-        eprintln!("idemq: --table {t} instead of the function's IDEMQ_TABLE={theirs}");
-    }
-
+    tell_settings(
+        &env,
+        &format!("function {} (GetFunctionConfiguration)", f.arn),
+        "--function",
+        wanted.table.as_deref(),
+    );
     let dlq_url = match (wanted.dlq_url, wanted.needs_dlq) {
         (Some(url), _) => {
             eprintln!("idemq: DLQ {url} (--dlq-url)");
@@ -144,20 +126,129 @@ pub(crate) async fn resolve(
     })
 }
 
-/// The store a function's environment names: PostgreSQL when it has a
-/// connection string and no table.
+/// The settings `--env-file` names: its variables instead of this shell's,
+/// its `IDEMQ_DLQ_URL` unless `--dlq-url` is given.
+fn from_file(path: &Path, wanted: Wanted) -> Result<Consumer, ExitCode> {
+    let vars = read_env_file(path).map_err(|e| usage_error(&e))?;
+    let dlq_in_file = vars
+        .iter()
+        .find(|(k, _)| k == "IDEMQ_DLQ_URL")
+        .map(|(_, v)| v.clone());
+    let env = ConsumerEnv::from_vars(vars);
+    tell_settings(
+        &env,
+        &path.display().to_string(),
+        "--env-file",
+        wanted.table.as_deref(),
+    );
+    let dlq_url = match (wanted.dlq_url, dlq_in_file) {
+        (Some(url), _) => Some(url),
+        (None, Some(url)) if wanted.needs_dlq && !url.is_empty() => {
+            eprintln!("idemq: DLQ {url} (IDEMQ_DLQ_URL in {})", path.display());
+            Some(url)
+        }
+        _ => None,
+    };
+    let store = match wanted.store {
+        Some(s) => s,
+        None => store_of(&env)?,
+    };
+    Ok(Consumer {
+        env,
+        dlq_url,
+        source_url: None,
+        table: wanted.table,
+        store,
+    })
+}
+
+/// Says on stderr which settings were read from `origin` (secrets hidden),
+/// which of this shell's variables were not read, and a `--table` that
+/// overrides the origin's.
+fn tell_settings(env: &ConsumerEnv, origin: &str, flag: &str, table: Option<&str>) {
+    let shown = env.shown();
+    if shown.is_empty() {
+        eprintln!("idemq: {origin}: no idemq variable set; the defaults apply");
+    } else {
+        eprintln!("idemq: settings of {origin}:");
+        for (var, value) in &shown {
+            eprintln!("  {var}={value}");
+        }
+    }
+    let ignored: Vec<&str> = CONSUMER_VARS
+        .iter()
+        .copied()
+        .chain(["IDEMQ_DLQ_URL"])
+        .filter(|v| std::env::var_os(v).is_some())
+        .collect();
+    if !ignored.is_empty() {
+        eprintln!(
+            "idemq: not read from this shell with {flag}: {} (flags override the consumer's \
+             settings)",
+            ignored.join(", ")
+        );
+    }
+    if let (Some(t), Some(theirs)) = (table, env.get("IDEMQ_TABLE")) {
+        eprintln!("idemq: --table {t} instead of the consumer's IDEMQ_TABLE={theirs}");
+    }
+}
+
+/// A consumer's variables as a file holds them: `KEY=VALUE` lines, as a
+/// `.env` file or systemd's `EnvironmentFile=` has them (blank lines and
+/// `#` comments skipped, an `export ` prefix and one pair of quotes around
+/// a value allowed, nothing expanded), or one JSON object of strings, as
+/// `aws lambda get-function-configuration --query Environment.Variables`
+/// prints it.
+pub(crate) fn read_env_file(path: &Path) -> Result<Vec<(String, String)>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--env-file {}: {e}", path.display()))?;
+    parse_env(&text).map_err(|e| format!("--env-file {}: {e}", path.display()))
+}
+
+fn parse_env(text: &str) -> Result<Vec<(String, String)>, String> {
+    if text.trim_start().starts_with('{') {
+        let map: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))?;
+        return Ok(map.into_iter().collect());
+    }
+    let mut vars = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line).trim_start();
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("line {}: not KEY=VALUE: {line:?}", n + 1));
+        };
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("line {}: {key:?} is not a variable name", n + 1));
+        }
+        let value = value.trim();
+        let value = ['"', '\'']
+            .iter()
+            .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+            .unwrap_or(value);
+        vars.push((key.to_owned(), value.to_owned()));
+    }
+    Ok(vars)
+}
+
+/// The store a consumer's environment (a function's, a file's) names:
+/// PostgreSQL when it has a connection string and no table.
 fn store_of(env: &ConsumerEnv) -> Result<StoreKind, ExitCode> {
     if !env.has_postgres_url() || env.get("IDEMQ_TABLE").is_some() {
         return Ok(StoreKind::Dynamodb);
     }
     #[cfg(feature = "postgres")]
     {
-        eprintln!("idemq: store postgres (the function has a PostgreSQL URL and no IDEMQ_TABLE)");
+        eprintln!("idemq: store postgres (the consumer has a PostgreSQL URL and no IDEMQ_TABLE)");
         Ok(StoreKind::Postgres)
     }
     #[cfg(not(feature = "postgres"))]
     Err(usage_error(
-        "the function keeps its records in PostgreSQL, and this idemq was built without the \
+        "the consumer keeps its records in PostgreSQL, and this idemq was built without the \
          `postgres` feature",
     ))
 }
@@ -168,4 +259,58 @@ fn failed(e: &FunctionError) -> ExitCode {
     }
     eprintln!("idemq dlq: {e}");
     ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_env;
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_env_file_as_dotenv_and_systemd_write_it() {
+        let text = "# the billing consumer\n\
+                    IDEMQ_TABLE=jobs\n\
+                    \n\
+                    export IDEMQ_NAMESPACE = billing\n\
+                    IDEMQ_DLQ_URL=\"http://127.0.0.1:4566/000000000000/billing-dlq\"\n\
+                    IDEMQ_JOB_ID_POINTER='/order_id'\n\
+                    IDEMQ_KEY_PREFIX=a=b\n";
+        assert_eq!(
+            parse_env(text).unwrap(),
+            pairs(&[
+                ("IDEMQ_TABLE", "jobs"),
+                ("IDEMQ_NAMESPACE", "billing"),
+                (
+                    "IDEMQ_DLQ_URL",
+                    "http://127.0.0.1:4566/000000000000/billing-dlq"
+                ),
+                ("IDEMQ_JOB_ID_POINTER", "/order_id"),
+                ("IDEMQ_KEY_PREFIX", "a=b"),
+            ])
+        );
+    }
+
+    #[test]
+    fn an_env_file_as_the_lambda_api_prints_it() {
+        let text = r#"{"IDEMQ_TABLE": "jobs", "STRIPE_KEY": "sk_live_x"}"#;
+        assert_eq!(
+            parse_env(text).unwrap(),
+            pairs(&[("IDEMQ_TABLE", "jobs"), ("STRIPE_KEY", "sk_live_x")])
+        );
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        let err = parse_env("IDEMQ_TABLE=jobs\nthis is not a variable\n").unwrap_err();
+        assert!(err.starts_with("line 2: not KEY=VALUE"), "{err}");
+        let err = parse_env("MY VAR=1\n").unwrap_err();
+        assert!(err.contains("\"MY VAR\" is not a variable name"), "{err}");
+        let err = parse_env(r#"{"IDEMQ_TABLE": 7}"#).unwrap_err();
+        assert!(err.starts_with("not a JSON object of strings"), "{err}");
+    }
 }

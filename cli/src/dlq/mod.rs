@@ -51,6 +51,12 @@ pub(crate) struct Common {
     /// on stderr.
     #[arg(long, value_name = "NAME_OR_ARN")]
     pub(crate) function: Option<String>,
+    /// Read the consumer's settings from this file instead of this shell:
+    /// KEY=VALUE lines (a .env file; `#` comments, `export`, quotes) or a
+    /// JSON object (`aws lambda get-function-configuration --query
+    /// Environment.Variables`), IDEMQ_DLQ_URL included.
+    #[arg(long, value_name = "FILE", conflicts_with = "function")]
+    pub(crate) env_file: Option<PathBuf>,
     /// The dead-letter queue [default: IDEMQ_DLQ_URL, or the function's].
     #[arg(long)]
     pub(crate) dlq_url: Option<String>,
@@ -223,6 +229,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         | DlqCommand::Redrive { common, .. }
         | DlqCommand::Export { common, .. } => consumer::Wanted {
             function: common.function.clone(),
+            env_file: common.env_file.clone(),
             dlq_url: common.dlq_url.clone(),
             needs_dlq: true,
             table: common.table.clone(),
@@ -231,6 +238,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         },
         DlqCommand::Import { function, to, .. } => consumer::Wanted {
             function: function.clone(),
+            env_file: None,
             dlq_url: None,
             needs_dlq: false,
             table: None,
@@ -659,6 +667,14 @@ mod tests {
         assert!(
             list(&["--function", "orders"]).is_ok(),
             "no --dlq-url needed"
+        );
+        assert!(
+            list(&["--env-file", "billing.env"]).is_ok(),
+            "the file may hold IDEMQ_DLQ_URL"
+        );
+        assert!(
+            list(&["--env-file", "billing.env", "--function", "orders"]).is_err(),
+            "one source of settings"
         );
         assert!(redrive(&["--concurrency", "32"]).is_ok());
         assert!(redrive(&["--concurrency", "33"]).is_err());
