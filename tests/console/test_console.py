@@ -448,7 +448,7 @@ class Scenario:
                 check("cross-site request refused" in r["text"], "the refusal does not say `cross-site request refused`")
             self.dlq_unchanged(dead, "the cross-site requests")
 
-        with self.step(f"redrive ({len(outage)} moved)", f"/account = {OUTAGE}: dry run, run, task done"):
+        with self.step(f"redrive ({len(outage)} moved)", f"/account = {OUTAGE}: dry run, pace 0 refused, run at 20/s, task done"):
             b.get(c.url(self.search_path))
             check(b.one("button.preview", self.action_form("delete")).get_attribute("disabled") is not None,
                   "the delete button is enabled although --allow lacks delete")
@@ -459,7 +459,18 @@ class Scenario:
             equal(set(self.letter_rows("#sample")), plan.outage_ids, "#sample letters")
             if b.all("#preview-refused"):
                 say(f"   #preview-refused: {b.text('#preview-refused')!r}")
+            # A pace that is no pace is refused, and nothing moves.
+            b.one("#run-rate").send_keys("0")
+            b.submit_form("#run-submit")
+            b.expect_page("error", 400)
+            check("pace" in b.text("#error") and "positive" in b.text("#error"),
+                  f"the refusal of pace 0 says {b.text('#error')!r}")
+            self.dlq_unchanged(dead, "a redrive at pace 0")
+            b.get(c.url(self.search_path))
+            b.submit_form("button.preview", self.action_form("redrive"))
+            b.expect_page("preview", 200)
             self.shot("preview")
+            b.one("#run-rate").send_keys("20")
             results = self.run_task("redrive")
             equal(results.get("moved"), str(len(outage)), "moved")
             equal(results.get("failed", "0"), "0", "failed")
@@ -509,7 +520,8 @@ class Scenario:
             check(any(r["action"] == "redrive" and r["outcome"] == "dry run" for r in records),
                   f"{self.audit_file} lacks the redrive's dry run")
             check(any(r["action"] == "redrive" and r["outcome"] != "dry run" and str(r["count"]) == str(len(outage))
-                      for r in records), f"{self.audit_file} lacks the redrive")
+                      and "at most 20/s" in r["outcome"] for r in records),
+                  f"{self.audit_file} lacks the redrive at its pace (at most 20/s)")
             self.shot("audit")
 
         with self.step("balances exact", "the outage over, the ledger again: each transfer once; the malformed letter kept"):

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 
 use idemq::dlq::archive::{export_lines, written_whole};
 use idemq::dlq::peek::{Context, DeadMessage};
-use idemq::dlq::redrive::{Filter, Redrive, RedriveOptions, first_enqueued_times};
+use idemq::dlq::redrive::{Filter, Rate, Redrive, RedriveOptions, first_enqueued_times};
 use serde::{Deserialize, Serialize};
 
 use super::App;
@@ -278,6 +278,7 @@ pub(crate) async fn start(
     consumer: usize,
     action: Action,
     search: Search,
+    rate: Option<Rate>,
     who: String,
 ) -> Result<String, String> {
     let c = &app.consumers[consumer];
@@ -290,11 +291,11 @@ pub(crate) async fn start(
     tokio::spawn(async move {
         let c = &app.consumers[consumer];
         let outcome = match action {
-            Action::Redrive => redrive(c, ids, &task).await,
+            Action::Redrive => redrive(c, ids, rate, &task).await,
             Action::Delete => delete(c, &ids, &app.audit.dir(), &task).await,
             Action::Export => export(c, &ids, &task).await,
         };
-        let outcome_text = match &outcome {
+        let mut outcome_text = match &outcome {
             Ok(result) => result
                 .iter()
                 .map(|(k, v)| format!("{k} {v}"))
@@ -302,6 +303,9 @@ pub(crate) async fn start(
                 .join(", "),
             Err(e) => format!("failed: {e}"),
         };
+        if let Some(rate) = rate {
+            outcome_text.push_str(&format!(" (at most {}/s)", rate.get()));
+        }
         task.finish(outcome);
         c.invalidate().await;
         app.audit.append(&Record::new(
@@ -319,13 +323,20 @@ pub(crate) async fn start(
 async fn redrive(
     c: &Consumer,
     ids: HashSet<String>,
+    rate: Option<Rate>,
     task: &Task,
 ) -> Result<Vec<(&'static str, usize)>, String> {
     let total = ids.len();
+    if let Some(rate) = rate {
+        task.note(format!("at most {} messages per second", rate.get()));
+    }
     let redrive = Redrive::new(
         c.ctx.dlq.peek(),
         c.ctx.dlq.records(),
-        redrive_options(c, ids, false),
+        RedriveOptions {
+            rate,
+            ..redrive_options(c, ids, false)
+        },
     )
     .await
     .map_err(|e| e.to_string())?;

@@ -29,6 +29,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use idemq::dlq::peek::Peek;
+use idemq::dlq::redrive::Rate;
 use idemq::horizon::ReplayHorizon;
 
 use crate::dlq::{Common, consumer};
@@ -433,7 +434,40 @@ async fn start(
         return pages::error(StatusCode::NOT_FOUND, &format!("no action {action}"));
     };
     let search = Search::from_pairs(|k| form.get(k).cloned());
-    match actions::start(app.clone(), index, action, search, guard::who(&headers)).await {
+    let rate = match form.get("rate").map(|r| r.trim()).filter(|r| !r.is_empty()) {
+        None => None,
+        Some(_) if action != Action::Redrive => {
+            return pages::error(
+                StatusCode::BAD_REQUEST,
+                "a pace (rate) applies to a redrive only; nothing was done",
+            );
+        }
+        Some(r) => {
+            let rate = r
+                .parse::<f64>()
+                .map_err(|_| "is not a number of messages per second".to_owned())
+                .and_then(|v| Rate::per_second(v).map_err(|e| e.why));
+            match rate {
+                Ok(rate) => Some(rate),
+                Err(why) => {
+                    return pages::error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("pace {r:?}: {why}; nothing was done"),
+                    );
+                }
+            }
+        }
+    };
+    match actions::start(
+        app.clone(),
+        index,
+        action,
+        search,
+        rate,
+        guard::who(&headers),
+    )
+    .await
+    {
         Ok(id) => Redirect::to(&format!("/tasks/{id}")).into_response(),
         Err(e) => pages::error(StatusCode::BAD_REQUEST, &e),
     }

@@ -783,9 +783,17 @@ pub(crate) fn preview(app: &App, c: &Consumer, p: &Preview) -> Response {
     );
     body.push_str("</table>");
     if p.count > 0 {
+        // A redrive's pace, as `idemq dlq redrive --rate`: a consumer that
+        // is just back from an outage need not take them all at once.
+        let pace = if p.action == Action::Redrive {
+            "<label>at most <input id=\"run-rate\" name=\"rate\" size=\"6\" \
+             inputmode=\"decimal\"> messages per second (empty: as fast as SQS takes them)</label> "
+        } else {
+            ""
+        };
         let _ = write!(
             body,
-            "<form id=\"run\" method=\"post\" action=\"/c/{}/run/{a}\">{}\
+            "<form id=\"run\" method=\"post\" action=\"/c/{}/run/{a}\">{}{pace}\
              <button id=\"run-submit\" class=\"danger\">{a} these {} letters</button></form>",
             url_encode(&c.name),
             hidden_search(&p.search, app.guard.csrf()),
