@@ -91,12 +91,13 @@ class Ledger:
         self.dynamodb = boto3.client("dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
         self.workers: list[Process] = []
 
-    def init(self, run: str, table: str | None = None) -> Resources:
-        """`idemq init`, as scripts/demo.sh runs it: queues named `run`, the
-        table `table` (default `run`; an existing one is checked, not made)."""
+    def init(self, run: str, table: str | None = None, fifo: bool = False) -> Resources:
+        """`idemq init`, as scripts/demo.sh runs it: queues named `run` (FIFO
+        queues `run.fifo` with `fifo`), the table `table` (default `run`; an
+        existing one is checked, not made)."""
         table = table or run
         out = subprocess.run(
-            [self.idemq, "init", "--queue-name", run, "--table-name", table,
+            [self.idemq, "init", "--queue-name", run, "--table-name", table, *(["--fifo"] if fifo else []),
              "--max-receive-count", str(MAX_RECEIVE_COUNT), "--visibility-timeout-secs", "10"],
             capture_output=True, text=True, timeout=120,
         )
@@ -118,6 +119,9 @@ class Ledger:
                         "Id": str(n),
                         "MessageBody": body,
                         "MessageAttributes": {JOB_ID_ATTRIBUTE: {"DataType": "String", "StringValue": job_id}},
+                        # A FIFO queue: one group per account, in order.
+                        **({"MessageGroupId": json.loads(body)["account"], "MessageDeduplicationId": job_id}
+                           if queue_url.endswith(".fifo") else {}),
                     }
                     for n, (job_id, body) in enumerate(batch)
                 ],

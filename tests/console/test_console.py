@@ -390,6 +390,12 @@ class Scenario:
             check("amount 0 is not positive" in field("error"), f"the malformed letter's error is {field('error')!r}")
             b.get(c.url(f"/c/{self.name}/letter/no-such-job"))
             b.expect_page("error", 404)
+            check(b.all(f'nav a[href$="{self.letters_path()}"]'), "the 404 page has no navigation")
+            # An unknown page opened with the token: the cookie first, then 404.
+            status, headers, _ = c.request("GET", f"/no/such/page?token={c.token}")
+            equal((status, headers.get("Location")), (303, "/no/such/page"), "an unknown page with the token")
+            b.get(c.url("/no/such/page"))
+            b.expect_page("error", 404)
 
         with self.step("read-only refused", "actions disabled; a forced dry run and a run refused with 403"):
             b.get(c.url(self.search_path))
@@ -533,9 +539,12 @@ class Scenario:
                 equal(got, want, f"balance of {account} (each well-formed transfer once)")
             equal(self.ledger.peek_job_ids(self.res.dlq_url), [plan.malformed_id], "job ids left in the DLQ")
 
-        with self.step("two consumers", "a second consumer of the same table (own queues and namespace); "
+        with self.step("two consumers", "a second consumer of the same table (FIFO queues, own namespace); "
                                         "one console on both, each by --env-file"):
-            second = self.ledger.init(f"{run}-b", table=self.res.table)
+            # FIFO: both letters in one message group, which SQS will not
+            # hand out past a letter in flight; the read must still see both.
+            second = self.ledger.init(f"{run}-b", table=self.res.table, fifo=True)
+            second.run = second.queue_url.rsplit("/", 1)[1]
             bad = [f"{run}-b-{n}" for n in (1, 2)]
             self.ledger.send(second.queue_url, [
                 (j, json.dumps({"transfer_id": j, "account": "acct-a", "amount": 0})) for j in bad])

@@ -354,7 +354,11 @@ async fn letters(
         return r;
     }
     let Some(c) = app.consumer(&name) else {
-        return pages::error(StatusCode::NOT_FOUND, &format!("no consumer {name}"));
+        return pages::error(
+            Some(&*app),
+            StatusCode::NOT_FOUND,
+            &format!("no consumer {name}"),
+        );
     };
     let search = Search::from_pairs(|k| params.get(k).cloned());
     match c
@@ -362,7 +366,7 @@ async fn letters(
         .await
     {
         Ok(s) => pages::letters(&app, c, &s, &search),
-        Err(e) => pages::error(StatusCode::BAD_GATEWAY, &e),
+        Err(e) => pages::error(Some(&*app), StatusCode::BAD_GATEWAY, &e),
     }
 }
 
@@ -376,14 +380,19 @@ async fn letter(
         return r;
     }
     let Some(c) = app.consumer(&name) else {
-        return pages::error(StatusCode::NOT_FOUND, &format!("no consumer {name}"));
+        return pages::error(
+            Some(&*app),
+            StatusCode::NOT_FOUND,
+            &format!("no consumer {name}"),
+        );
     };
     let snapshot = match c.snapshot(app.max_age, false).await {
         Ok(s) => s,
-        Err(e) => return pages::error(StatusCode::BAD_GATEWAY, &e),
+        Err(e) => return pages::error(Some(&*app), StatusCode::BAD_GATEWAY, &e),
     };
     let Some(l) = snapshot.find(&id) else {
         return pages::error(
+            Some(&*app),
             StatusCode::NOT_FOUND,
             &format!(
                 "no dead letter {id} in {}'s DLQ (as read at {})",
@@ -414,7 +423,7 @@ async fn preview(
     };
     match actions::preview(&app, c, action, &search, &guard::who(&headers)).await {
         Ok(p) => pages::preview(&app, c, &p),
-        Err(e) => pages::error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => pages::error(Some(&*app), StatusCode::BAD_REQUEST, &e),
     }
 }
 
@@ -428,16 +437,25 @@ async fn start(
         return *r;
     }
     let Some(index) = app.consumers.iter().position(|c| c.name == name) else {
-        return pages::error(StatusCode::NOT_FOUND, &format!("no consumer {name}"));
+        return pages::error(
+            Some(&*app),
+            StatusCode::NOT_FOUND,
+            &format!("no consumer {name}"),
+        );
     };
     let Some(action) = Action::parse(&action) else {
-        return pages::error(StatusCode::NOT_FOUND, &format!("no action {action}"));
+        return pages::error(
+            Some(&*app),
+            StatusCode::NOT_FOUND,
+            &format!("no action {action}"),
+        );
     };
     let search = Search::from_pairs(|k| form.get(k).cloned());
     let rate = match form.get("rate").map(|r| r.trim()).filter(|r| !r.is_empty()) {
         None => None,
         Some(_) if action != Action::Redrive => {
             return pages::error(
+                Some(&*app),
                 StatusCode::BAD_REQUEST,
                 "a pace (rate) applies to a redrive only; nothing was done",
             );
@@ -451,6 +469,7 @@ async fn start(
                 Ok(rate) => Some(rate),
                 Err(why) => {
                     return pages::error(
+                        Some(&*app),
                         StatusCode::BAD_REQUEST,
                         &format!("pace {r:?}: {why}; nothing was done"),
                     );
@@ -469,7 +488,7 @@ async fn start(
     .await
     {
         Ok(id) => Redirect::to(&format!("/tasks/{id}")).into_response(),
-        Err(e) => pages::error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => pages::error(Some(&*app), StatusCode::BAD_REQUEST, &e),
     }
 }
 
@@ -486,25 +505,30 @@ fn checked_post<'a>(
         .guard
         .post_ok(headers, form.get("csrf").map(String::as_str))
     {
+        // No navigation: the request may not come from a signed-in page.
         return Err(Box::new(pages::error(
+            None,
             StatusCode::FORBIDDEN,
             &format!("cross-site request refused: {why}"),
         )));
     }
     let Some(c) = app.consumer(name) else {
         return Err(Box::new(pages::error(
+            Some(app),
             StatusCode::NOT_FOUND,
             &format!("no consumer {name}"),
         )));
     };
     let Some(action) = Action::parse(action) else {
         return Err(Box::new(pages::error(
+            Some(app),
             StatusCode::NOT_FOUND,
             &format!("no action {action}"),
         )));
     };
     if !app.allowed.contains(&action) {
         return Err(Box::new(pages::error(
+            Some(app),
             StatusCode::FORBIDDEN,
             &format!(
                 "read-only: this console was started without --allow {}; nothing was done",
@@ -526,7 +550,7 @@ async fn task(
     }
     match app.tasks.get(&id) {
         Some(t) => pages::task(&app, &t),
-        None => pages::error(StatusCode::NOT_FOUND, &format!("no task {id}")),
+        None => pages::error(Some(&*app), StatusCode::NOT_FOUND, &format!("no task {id}")),
     }
 }
 
@@ -554,7 +578,11 @@ async fn download(
             body,
         )
             .into_response(),
-        None => pages::error(StatusCode::NOT_FOUND, &format!("no export of task {id}")),
+        None => pages::error(
+            Some(&*app),
+            StatusCode::NOT_FOUND,
+            &format!("no export of task {id}"),
+        ),
     }
 }
 
@@ -565,9 +593,16 @@ async fn audit(State(app): State<Shared>, headers: HeaderMap, params: Params) ->
     pages::audit(&app, &app.audit.read())
 }
 
-async fn not_found(State(app): State<Shared>, headers: HeaderMap) -> Response {
-    if !app.guard.session_ok(&headers) {
-        return pages::login(StatusCode::UNAUTHORIZED);
+/// Any other path: 404 for a session (a first visit with the token gets
+/// its cookie first, as on every page), else the sign-in page.
+async fn not_found(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    params: Params,
+) -> Response {
+    if let Some(r) = gate(&app, &headers, uri.path(), &params) {
+        return r;
     }
-    pages::error(StatusCode::NOT_FOUND, "no such page")
+    pages::error(Some(&*app), StatusCode::NOT_FOUND, "no such page")
 }

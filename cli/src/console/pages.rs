@@ -139,10 +139,11 @@ pub(crate) fn login(status: StatusCode) -> Response {
     )
 }
 
-pub(crate) fn error(status: StatusCode, message: &str) -> Response {
+/// An error page; with `app` (a signed-in request), with the navigation.
+pub(crate) fn error(app: Option<&App>, status: StatusCode, message: &str) -> Response {
     page(
         status,
-        None,
+        app,
         "error",
         status.canonical_reason().unwrap_or("Error"),
         &format!(
