@@ -356,6 +356,19 @@ async fn redrive(
     for (id, why) in &report.failed {
         task.note(format!("failed {id}: {why}"));
     }
+    if let Some(held) = &report.held_elsewhere {
+        task.note(format!(
+            "not read: {held}; run the same search again once they are back (or idemq dlq \
+             redrive --wait, which waits for them)"
+        ));
+    }
+    if report.unseen > 0 {
+        task.note(format!(
+            "about {} letters could not be read (FIFO groups behind letters left in place); run \
+             the same search again",
+            report.unseen
+        ));
+    }
     for id in &report.sent_not_deleted {
         task.note(format!(
             "{id} was sent but not deleted from the DLQ: a rerun sends it again (absorbed as a duplicate)"
