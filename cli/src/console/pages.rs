@@ -35,6 +35,7 @@ section.consumer{background:#fff;border:1px solid #e3e6eb;border-radius:6px;padd
 dl.metrics{display:flex;flex-wrap:wrap;gap:8px 20px;margin:0}
 dl.metrics dt{font-size:12px;color:#5b6475}dl.metrics dd{margin:0;font-size:20px}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:4px 16px}dl.kv dt{color:#5b6475}dl.kv dd{margin:0}
+figure.chart{display:inline-block;margin:16px 40px 0 0}figure.chart figcaption{font-size:12px;color:#5b6475;margin-bottom:4px}
 svg.chart rect.bar{fill:#c4463a}svg.chart[data-chart=retries-per-hour] rect.bar{fill:#d08a1e}svg.chart text{font-size:10px;fill:#5b6475}
 form#search{display:flex;flex-wrap:wrap;gap:8px;align-items:end;margin-bottom:12px}
 form#search label{display:flex;flex-direction:column;font-size:12px;color:#5b6475}
@@ -170,8 +171,10 @@ fn chart(name: &str, label: &str, per_hour: &[u64]) -> String {
     let max = per_hour.iter().copied().max().unwrap_or(0).max(1);
     let values: Vec<String> = per_hour.iter().map(u64::to_string).collect();
     let mut svg = format!(
-        "<svg class=\"chart\" data-chart=\"{name}\" data-values=\"{}\" width=\"{w}\" \
+        "<figure class=\"chart\"><figcaption>{}, last {hours} hours</figcaption>\
+         <svg class=\"chart\" data-chart=\"{name}\" data-values=\"{}\" width=\"{w}\" \
          height=\"{}\" role=\"img\" aria-label=\"{}, last {hours} hours\">",
+        esc(label),
         values.join(","),
         h + 14,
         esc(label)
@@ -192,7 +195,7 @@ fn chart(name: &str, label: &str, per_hour: &[u64]) -> String {
         svg,
         "<line x1=\"0\" y1=\"{h}\" x2=\"{w}\" y2=\"{h}\" stroke=\"#9aa3b2\"/>\
          <text x=\"0\" y=\"{y}\">{hours} h ago</text><text x=\"{}\" y=\"{y}\">{} h ago</text>\
-         <text x=\"{}\" y=\"{y}\">now</text></svg>",
+         <text x=\"{}\" y=\"{y}\">now</text></svg></figure>",
         w / 2 - 20,
         hours / 2,
         w - 22,
@@ -211,7 +214,11 @@ fn cloudwatch_part(activity: Result<&Activity, &String>) -> String {
             esc(e)
         ),
         Ok(a) => {
-            let mut out = chart("retries-per-hour", "jobs retried per hour", &a.retried);
+            let mut out = chart(
+                "retries-per-hour",
+                "Jobs retried per hour (CloudWatch)",
+                &a.retried,
+            );
             let _ = write!(
                 out,
                 "<p class=\"note\">Retries per hour: the consumer's <code>JobsRetried</code> \
@@ -368,7 +375,7 @@ pub(crate) fn overview(app: &App, views: &[ConsumerView<'_>]) -> Response {
                     metric(
                         &mut body,
                         "retry-rate-last-hour",
-                        "of receives",
+                        "retry rate (of receives)",
                         a.retry_rate_last_hour()
                             .map_or_else(|| "-".into(), |r| format!("{:.1} %", r * 100.0)),
                     );
@@ -376,7 +383,7 @@ pub(crate) fn overview(app: &App, views: &[ConsumerView<'_>]) -> Response {
                 body.push_str("</dl>");
                 body.push_str(&chart(
                     "dead-letters-per-hour",
-                    "dead letters per hour",
+                    "Dead letters per hour",
                     &per_hour,
                 ));
                 body.push_str(&cloudwatch_part(activity.as_ref().as_ref()));
