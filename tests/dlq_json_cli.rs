@@ -260,6 +260,53 @@ fn failure_records_looked_for_in_the_wrong_namespace_are_warned_about() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--env-file`: the consumer's settings (its DLQ and table) from a file,
+/// and none from this shell: a stray IDEMQ_NAMESPACE there changes
+/// nothing, and is named as not read. A malformed file is a usage error
+/// naming its line.
+#[test]
+fn an_env_file_holds_the_consumer_s_settings() {
+    let s = runtime().block_on(letters_with_records());
+    let dir = std::env::temp_dir().join(unique("envfile"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("consumer.env");
+    std::fs::write(
+        &file,
+        format!(
+            "# the consumer of {}\nIDEMQ_DLQ_URL={}\nexport IDEMQ_TABLE=\"{}\"\n",
+            s.queue_name, s.dlq_url, s.table
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let o = idemq_with(
+        &[("IDEMQ_NAMESPACE", "elsewhere")],
+        &["dlq", "stats", "--json", "--env-file", file],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let v = object(&o);
+    assert_eq!(v["warnings"], serde_json::json!([]), "{}", out(&o));
+    assert_eq!(v["by_error"]["ledger unavailable"], 2, "{}", out(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("IDEMQ_TABLE={}", s.table))
+            && stderr.contains("not read from this shell with --env-file: IDEMQ_NAMESPACE"),
+        "{}",
+        out(&o)
+    );
+
+    let bad = dir.join("bad.env");
+    std::fs::write(&bad, format!("IDEMQ_TABLE={}\nIDEMQ DLQ\n", s.table)).unwrap();
+    let o = idemq_with(&[], &["dlq", "stats", "--env-file", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bad.env: line 2: not KEY=VALUE"),
+        "{}",
+        out(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// send, init, redrive (dry run and real), export and import each print
 /// one JSON object with `--json`, with the fields the docs list, and
 /// keep their exit codes.
