@@ -113,17 +113,7 @@ pub(crate) async fn resolve(
     } else {
         None
     };
-    let store = match wanted.store {
-        Some(s) => s,
-        None => store_of(&env)?,
-    };
-    Ok(Consumer {
-        env,
-        dlq_url,
-        source_url,
-        table: wanted.table,
-        store,
-    })
+    read_consumer(env, dlq_url, source_url, wanted.table, wanted.store)
 }
 
 /// The settings `--env-file` names: its variables instead of this shell's,
@@ -149,15 +139,27 @@ fn from_file(path: &Path, wanted: Wanted) -> Result<Consumer, ExitCode> {
         }
         _ => None,
     };
-    let store = match wanted.store {
+    read_consumer(env, dlq_url, None, wanted.table, wanted.store)
+}
+
+/// A consumer whose environment was read (a function's, a file's): the
+/// store is `--store`'s, else the one its environment names.
+fn read_consumer(
+    env: ConsumerEnv,
+    dlq_url: Option<String>,
+    source_url: Option<String>,
+    table: Option<String>,
+    store: Option<StoreKind>,
+) -> Result<Consumer, ExitCode> {
+    let store = match store {
         Some(s) => s,
         None => store_of(&env)?,
     };
     Ok(Consumer {
         env,
         dlq_url,
-        source_url: None,
-        table: wanted.table,
+        source_url,
+        table,
         store,
     })
 }
