@@ -396,6 +396,9 @@ class Scenario:
             equal((status, headers.get("Location")), (303, "/no/such/page"), "an unknown page with the token")
             b.get(c.url("/no/such/page"))
             b.expect_page("error", 404)
+            b.get(c.url("/c/no-such-consumer/letters"))
+            b.expect_page("error", 404)
+            check("no consumer no-such-consumer" in b.text("#error"), f"the 404 says {b.text('#error')!r}")
 
         with self.step("read-only refused", "actions disabled; a forced dry run and a run refused with 403"):
             b.get(c.url(self.search_path))

@@ -104,8 +104,18 @@ pub(crate) struct App {
 }
 
 impl App {
-    fn consumer(&self, name: &str) -> Option<&Consumer> {
-        self.consumers.iter().find(|c| c.name == name)
+    /// The consumer named `name`, or the page saying there is none (404).
+    fn consumer(&self, name: &str) -> Result<&Consumer, Box<Response>> {
+        self.consumers
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| {
+                Box::new(pages::error(
+                    Some(self),
+                    StatusCode::NOT_FOUND,
+                    &format!("no consumer {name}"),
+                ))
+            })
     }
 }
 
@@ -353,12 +363,9 @@ async fn letters(
     if let Some(r) = gate(&app, &headers, &format!("/c/{name}/letters"), &params) {
         return r;
     }
-    let Some(c) = app.consumer(&name) else {
-        return pages::error(
-            Some(&*app),
-            StatusCode::NOT_FOUND,
-            &format!("no consumer {name}"),
-        );
+    let c = match app.consumer(&name) {
+        Ok(c) => c,
+        Err(r) => return *r,
     };
     let search = Search::from_pairs(|k| params.get(k).cloned());
     match c
@@ -379,12 +386,9 @@ async fn letter(
     if let Some(r) = gate(&app, &headers, &format!("/c/{name}/letter/{id}"), &params) {
         return r;
     }
-    let Some(c) = app.consumer(&name) else {
-        return pages::error(
-            Some(&*app),
-            StatusCode::NOT_FOUND,
-            &format!("no consumer {name}"),
-        );
+    let c = match app.consumer(&name) {
+        Ok(c) => c,
+        Err(r) => return *r,
     };
     let snapshot = match c.snapshot(app.max_age, false).await {
         Ok(s) => s,
@@ -512,13 +516,7 @@ fn checked_post<'a>(
             &format!("cross-site request refused: {why}"),
         )));
     }
-    let Some(c) = app.consumer(name) else {
-        return Err(Box::new(pages::error(
-            Some(app),
-            StatusCode::NOT_FOUND,
-            &format!("no consumer {name}"),
-        )));
-    };
+    let c = app.consumer(name)?;
     let Some(action) = Action::parse(action) else {
         return Err(Box::new(pages::error(
             Some(app),
