@@ -28,6 +28,7 @@ from selenium.common.exceptions import (
     NoSuchElementException,
     StaleElementReferenceException,
     TimeoutException,
+    WebDriverException,
 )
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -135,8 +136,14 @@ class Browser:
             old = None
         act()
         if old is not None:
+            # While the old document is torn down, chromedriver may answer
+            # a question about its element with a generic error ("Node with
+            # given id does not belong to the document") rather than a stale
+            # reference: ask again until it says stale.
             try:
-                WebDriverWait(self.driver, timeout).until(expected_conditions.staleness_of(old))
+                WebDriverWait(self.driver, timeout, ignored_exceptions=(WebDriverException,)).until(
+                    expected_conditions.staleness_of(old)
+                )
             except TimeoutException:
                 raise AssertionError(f"no new page within {timeout:.0f} s (still at {self.driver.current_url})")
         self.wait_loaded(timeout)
