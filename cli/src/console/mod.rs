@@ -313,14 +313,15 @@ async fn overview(State(app): State<Shared>, headers: HeaderMap, params: Params)
         return r;
     }
     let fresh = params.contains_key("refresh");
-    let mut views = Vec::new();
-    for c in &app.consumers {
-        views.push((
-            c,
-            c.snapshot(app.max_age, fresh).await,
-            c.watch.activity().await,
-        ));
-    }
+    // Every consumer's DLQ read and CloudWatch numbers side by side: a
+    // first page over several consumers waits for the slowest read, not
+    // for their sum.
+    let max_age = app.max_age;
+    let views = futures_util::future::join_all(app.consumers.iter().map(|c| async move {
+        let (snapshot, activity) = tokio::join!(c.snapshot(max_age, fresh), c.watch.activity());
+        (c, snapshot, activity)
+    }))
+    .await;
     pages::overview(&app, &views)
 }
 
