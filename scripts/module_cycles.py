@@ -1,27 +1,43 @@
 #!/usr/bin/env python3
-"""Fails if the library's top-level modules import each other in a circle.
+"""Fails if the library's modules import each other in a circle.
 
-Each top-level module of src/ (a file `src/x.rs` with its folder `src/x/`)
-is a node; a `crate::y` path in x's code outside its `#[cfg(test)]` items
-is an edge x -> y. Any strongly connected component with more than one
-module is printed and makes the exit status 1. Docs (`//` lines) do not
-count: an intra-doc link is not an import.
+Each top-level module of src/ is a node, whether it is one file
+(`src/x.rs`), a file with its folder (`src/x.rs` and `src/x/`), or a folder
+(`src/x/mod.rs`); and each store under the seam (`src/store/<name>/` or
+`src/store/<name>.rs`) is a node of its own, `store::<name>`, apart from
+the seam itself (`store`, `src/store/mod.rs`). A `crate::y` path in a
+node's code outside its `#[cfg(test)]` items is an edge to `y` (or to
+`store::<name>` for `crate::store::<name>`). Any strongly connected
+component with more than one node is printed and makes the exit status 1.
+Docs (`//` lines) do not count: an intra-doc link is not an import.
 
-Usage: scripts/module_cycles.py [SRC_DIR]
+With `--whole-folders`, every top-level folder is one node, the stores
+inside the seam's: a store importing anything that imports the seam is
+then a circle too. scripts/test.sh runs both.
+
+Usage: scripts/module_cycles.py [--whole-folders] [SRC_DIR]
 """
 import pathlib
 import re
 import sys
 
-SRC = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "src")
+if any(a.startswith("-") and a != "--whole-folders" for a in sys.argv[1:]):
+    print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
+ARGS = [a for a in sys.argv[1:] if a != "--whole-folders"]
+WHOLE_FOLDERS = "--whole-folders" in sys.argv[1:]
+SRC = pathlib.Path(ARGS[0] if ARGS else "src")
 PATH = re.compile(r"\bcrate::(\{[^}]*\}|\w+)")
+# `#[cfg(test)]` and `#[cfg(all(test, …))]`: code only tests compile.
+TEST_CFG = re.compile(r"#\[cfg\((?:all\()?test\b[^\]]*\]")
 
 
 def strip_tests(text: str) -> str:
     """Drops every `#[cfg(test)]` item (a `mod … { … }` block or one line)."""
     out, i = [], 0
     while True:
-        j = text.find("#[cfg(test)]", i)
+        j = TEST_CFG.search(text, i)
+        j = j.start() if j else -1
         if j < 0:
             out.append(text[i:])
             return "".join(out)
@@ -49,11 +65,36 @@ def code(text: str) -> str:
 
 
 def modules():
-    for f in sorted(SRC.glob("*.rs")):
-        if f.stem in ("lib", "main"):
-            continue
-        files = [f] + sorted((SRC / f.stem).rglob("*.rs"))
-        yield f.stem, files
+    """(node, files) for every node, in a stable order."""
+    tops = {f.stem for f in SRC.glob("*.rs")} | {d.name for d in SRC.iterdir() if (d / "mod.rs").exists()}
+    tops -= {"lib", "main"}
+    stores = SRC / "store"
+    store_names = sorted(
+        {d.name for d in stores.iterdir() if d.is_dir()} | {f.stem for f in stores.glob("*.rs")} - {"mod"}
+    ) if stores.is_dir() and not WHOLE_FOLDERS else []
+    for name in sorted(tops):
+        files = [f for f in [SRC / f"{name}.rs"] if f.exists()]
+        folder = SRC / name
+        if folder.is_dir():
+            for f in sorted(folder.rglob("*.rs")):
+                if name == "store" and f.relative_to(folder).parts[0].removesuffix(".rs") in store_names:
+                    continue
+                files.append(f)
+        yield name, files
+    for store in store_names:
+        files = [f for f in [stores / f"{store}.rs"] if f.exists()]
+        if (stores / store).is_dir():
+            files += sorted((stores / store).rglob("*.rs"))
+        yield f"store::{store}", files
+
+
+STORE_PATH = re.compile(r"\bcrate::store::(\{[^}]*\}|\w+)")
+
+
+def names_in(group):
+    """The first names of a path's tail: `x` or each of `{x, y::z}`."""
+    inner = group.strip("{}") if group.startswith("{") else group
+    return re.findall(r"(?:^|[{,]\s*)(\w+)", inner)
 
 
 def edges():
@@ -62,10 +103,16 @@ def edges():
     for name, files in modules():
         deps = set()
         for f in files:
-            for m in PATH.finditer(code(strip_tests(f.read_text()))):
-                group = m.group(1)
-                targets = re.findall(r"(?:^|[{,]\s*)(\w+)", group.strip("{}") if group.startswith("{") else group)
-                deps.update(t for t in targets if t in names and t != name)
+            text = code(strip_tests(f.read_text()))
+            # `crate::store::dynamodb…` is that store's node; any other
+            # `crate::store::…` is the seam's.
+            for m in STORE_PATH.finditer(text):
+                for t in names_in(m.group(1)):
+                    deps.add(f"store::{t}" if f"store::{t}" in names else "store")
+            text = STORE_PATH.sub("", text)
+            for m in PATH.finditer(text):
+                deps.update(t for t in names_in(m.group(1)) if t in names)
+        deps.discard(name)
         graph[name] = deps
     return graph
 
@@ -112,7 +159,8 @@ def main():
     if cycles:
         print("Break the circle: move the shared item into a leaf module both can import.")
         return 1
-    print(f"module_cycles: {len(graph)} modules, no circular imports")
+    how = "whole folders" if WHOLE_FOLDERS else "each store apart from the seam"
+    print(f"module_cycles: {len(graph)} modules ({how}), no circular imports")
     return 0
 
 

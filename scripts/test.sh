@@ -27,6 +27,7 @@ cargo fmt --check
 # No two library modules import each other (directly or round a circle):
 # the store seam depends on the batch core never importing back.
 python3 scripts/module_cycles.py src
+python3 scripts/module_cycles.py --whole-folders src
 # Commands that build the idemq package alone reuse the workspace's build.
 scripts/same_features.sh "$FEATURES"
 cargo clippy --workspace --all-targets --features "$FEATURES" --locked -- -D warnings
@@ -80,9 +81,9 @@ cargo test --locked --workspace --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features "$FEATURES"
 
-echo "== the PostgreSQL demo (orders example through idemq::postgres::run, checked)"
+echo "== the PostgreSQL demo (orders example through idemq::run, checked)"
 # The one run of a PostgreSQL consumer as its user runs it: a process
-# started by idemq::postgres::run, settings from the environment, the
+# started by idemq::run, settings from the environment, the
 # worker's flags. With make test's features, so it reuses the build above
 # (links three binaries); about 25 s warm, most of it the outage's retries
 # and the worker's 6 s idle exit.
