@@ -72,6 +72,7 @@ struct Shaped {
 
 impl Handler for Shaped {
     type Job = ledger::Transfer;
+    type Effect = Effect;
 
     async fn handle(&self, t: ledger::Transfer, meta: JobMeta) -> Result<Effect, JobError> {
         let effect = if self.item {

@@ -241,7 +241,7 @@ impl Worker {
                     queue: QUEUE,
                 };
                 if *look_up && store.looks_up() {
-                    match store.look_up(r).await? {
+                    match store.look_up(std::slice::from_ref(&r)).await.remove(0)? {
                         LookedUp::Absent => {}
                         other => return Err(format!("look-up of a new job: {other:?}").into()),
                     }

@@ -41,6 +41,7 @@ pub struct Orders {
 
 impl Handler for Orders {
     type Job = Step;
+    type Effect = Effect;
 
     async fn handle(&self, step: Step, meta: JobMeta) -> Result<Effect, JobError> {
         match step {

@@ -77,6 +77,7 @@ pub enum LedgerError {
 
 impl Handler for Ledger {
     type Job = Transfer;
+    type Effect = Effect;
 
     async fn handle(&self, t: Transfer, meta: JobMeta) -> Result<Effect, JobError> {
         if t.amount <= 0 {
@@ -134,6 +135,7 @@ pub struct OccLedger {
 
 impl Handler for OccLedger {
     type Job = Transfer;
+    type Effect = Effect;
 
     async fn handle(&self, t: Transfer, meta: JobMeta) -> Result<Effect, JobError> {
         let table = self.ledger.table.clone();

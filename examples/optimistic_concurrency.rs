@@ -61,6 +61,7 @@ pub enum InventoryError {
 
 impl Handler for Inventory {
     type Job = Adjust;
+    type Effect = Effect;
 
     async fn handle(&self, job: Adjust, _meta: JobMeta) -> Result<Effect, JobError> {
         let key = Key::string("pk", format!("stock#{}", job.sku));

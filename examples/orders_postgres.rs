@@ -79,8 +79,9 @@ pub enum OrderError {
     Outage(String),
 }
 
-impl Handler<Postgres> for Orders {
+impl Handler for Orders {
     type Job = Payment;
+    type Effect = Effect;
 
     async fn handle(&self, p: Payment, _meta: JobMeta) -> Result<Effect, JobError> {
         if p.cents <= 0 {
@@ -156,5 +157,5 @@ async fn main() -> Result<(), idemq::host::HostError> {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
         create_tables().await?;
     }
-    idemq::postgres::run(Orders::from_env()).await
+    idemq::run(Orders::from_env()).await
 }

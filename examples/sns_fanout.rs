@@ -34,6 +34,7 @@ pub struct LoyaltyPoints {
 
 impl Handler for LoyaltyPoints {
     type Job = OrderPlaced;
+    type Effect = Effect;
 
     async fn handle(&self, order: OrderPlaced, _meta: JobMeta) -> Result<Effect, JobError> {
         Ok(Effect::new().with(

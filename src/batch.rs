@@ -23,12 +23,10 @@
 //! work (failure records) stops before required work (DLQ sends), and the
 //! response is always ready before the deadline.
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -37,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt, stream};
 use tracing::Instrument;
 
@@ -50,7 +49,6 @@ use crate::handler::{Handler, JobError, JobMeta};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
 use crate::queue::{CALL_TIMEOUT, QueueInfo};
-use crate::store::dynamodb::{Committer, DynamoDb};
 use crate::store::{LookedUp, Settled, Store};
 
 /// One received SQS message, whichever host received it.
@@ -201,108 +199,48 @@ pub struct BatchReport {
     pub metrics: BatchMetrics,
 }
 
-/// Processes batches for one handler and one store. Build it once per
+/// Processes batches for one handler and its store. Build it once per
 /// process.
 ///
-/// Generic over the handler and its store at its edge only: the batch code
-/// behind it sees each as a trait object, so it is compiled once per
-/// binary and knows no store. The handler is erased per handler type and
-/// the store per store type: a binary with several handlers, as
-/// `examples/ledger.rs` has, carries one copy of the batch code and one of
-/// the store's commit, not one of each per handler.
-pub struct Processor<H, S = DynamoDb> {
-    core: Core,
-    _handler: PhantomData<fn() -> (H, S)>,
+/// Generic over the handler at its edge only: the batch code behind it
+/// holds the handler and the store as trait objects of the handler's
+/// effect type (`dyn Store<Effect = H::Effect>`), so it is compiled once
+/// per effect type and knows no store. A binary with several handlers of
+/// one store, as `examples/ledger.rs` has, carries one copy of the batch
+/// code, not one per handler.
+pub struct Processor<H: Handler> {
+    core: Core<H::Effect>,
 }
 
-/// An effect with its type erased: what a handler returned, for its store.
-type AnyEffect = Box<dyn Any + Send + Sync>;
+/// A boxed handler future: what [`DynHandler::run`] returns.
+type HandlerFuture<'a, E> = BoxFuture<'a, Result<E, JobError>>;
 
-/// A boxed handler future: what [`DynHandler::handle`] returns.
-type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<AnyEffect, JobError>> + Send + 'a>>;
-
-/// A [`Handler`] with its job and effect types erased: the payload is
-/// decoded into a boxed `H::Job`, then handled into a boxed effect.
-trait DynHandler: Send + Sync {
-    fn decode(&self, payload: &str) -> Result<Box<dyn Any + Send>, serde_json::Error>;
-    /// `job` is what [`decode`](Self::decode) returned. The handler's
-    /// `handle` is called when the future is first polled, so that a panic
-    /// in it, even before its first `.await`, happens where it is caught.
-    fn handle(&self, job: Box<dyn Any + Send>, meta: JobMeta) -> HandlerFuture<'_>;
+/// A [`Handler`] with its job type erased: the payload is decoded and
+/// handled in one call, so the batch never holds a job of a type it does
+/// not know.
+trait DynHandler<E>: Send + Sync {
+    /// Decodes `payload`, then returns the future that handles it. The
+    /// handler's `handle` is called when the future is first polled, so
+    /// that a panic in it, even before its first `.await`, happens where
+    /// it is caught.
+    fn run<'a>(
+        &'a self,
+        payload: &str,
+        meta: JobMeta,
+    ) -> Result<HandlerFuture<'a, E>, serde_json::Error>;
 }
 
-/// A handler for store `S`.
-struct ForStore<H, S> {
-    handler: H,
-    _store: PhantomData<fn() -> S>,
-}
+/// A [`Handler`] as the batch holds it.
+struct Erased<H>(H);
 
-impl<H: Handler<S>, S: Store> DynHandler for ForStore<H, S> {
-    fn decode(&self, payload: &str) -> Result<Box<dyn Any + Send>, serde_json::Error> {
-        Ok(Box::new(serde_json::from_str::<H::Job>(payload)?))
-    }
-
-    fn handle(&self, job: Box<dyn Any + Send>, meta: JobMeta) -> HandlerFuture<'_> {
-        Box::pin(async move {
-            let job = job
-                .downcast::<H::Job>()
-                .expect("the job was decoded by the same handler");
-            let effect = Handler::handle(&self.handler, *job, meta).await?;
-            Ok(Box::new(effect) as AnyEffect)
-        })
-    }
-}
-
-/// A boxed commit: what [`DynStore::commit_effect`] returns.
-type CommitFuture<'a> = Pin<Box<dyn Future<Output = Result<Settled, CommitError>> + Send + 'a>>;
-
-/// A boxed look-up: what [`DynStore::look_up_marker`] returns.
-type LookUpFuture<'a> = Pin<Box<dyn Future<Output = Result<LookedUp, CommitError>> + Send + 'a>>;
-
-/// A [`Store`] with its effect type erased. The names differ from
-/// [`Store`]'s, which every store also has.
-trait DynStore: Send + Sync {
-    /// [`Store::commit`] of an effect this store's handler made.
-    fn commit_effect<'a>(&'a self, job: JobRef<'a>, effect: &'a AnyEffect) -> CommitFuture<'a>;
-    /// [`Store::follow_ups`].
-    fn follow_ups_of<'a>(&self, effect: &'a AnyEffect) -> &'a [FollowUp];
-    /// [`Store::looks_up`].
-    fn reads_markers_first(&self) -> bool;
-    /// [`Store::look_up`].
-    fn look_up_marker<'a>(&'a self, job: JobRef<'a>) -> LookUpFuture<'a>;
-    /// [`Store::namespace_for`].
-    fn namespace_of<'a>(&'a self, queue: &'a str) -> &'a str;
-}
-
-/// The effect `effect` as store `S` made it.
-fn effect_of<S: Store>(effect: &AnyEffect) -> &S::Effect {
-    effect
-        .downcast_ref::<S::Effect>()
-        .expect("the effect was made by a handler of the same store")
-}
-
-// Method syntax, not `Store::commit(self, ..)`: the infra checks' call graph
-// (tests/infra/sdk_calls.py) follows a method call by its name to the
-// stores' implementations, and a path through the trait to nothing.
-impl<S: Store> DynStore for S {
-    fn commit_effect<'a>(&'a self, job: JobRef<'a>, effect: &'a AnyEffect) -> CommitFuture<'a> {
-        Box::pin(self.commit(job, effect_of::<S>(effect)))
-    }
-
-    fn follow_ups_of<'a>(&self, effect: &'a AnyEffect) -> &'a [FollowUp] {
-        S::follow_ups(effect_of::<S>(effect))
-    }
-
-    fn reads_markers_first(&self) -> bool {
-        self.looks_up()
-    }
-
-    fn look_up_marker<'a>(&'a self, job: JobRef<'a>) -> LookUpFuture<'a> {
-        Box::pin(self.look_up(job))
-    }
-
-    fn namespace_of<'a>(&'a self, queue: &'a str) -> &'a str {
-        self.namespace_for(queue)
+impl<H: Handler> DynHandler<H::Effect> for Erased<H> {
+    fn run<'a>(
+        &'a self,
+        payload: &str,
+        meta: JobMeta,
+    ) -> Result<HandlerFuture<'a, H::Effect>, serde_json::Error> {
+        let job = serde_json::from_str::<H::Job>(payload)?;
+        Ok(Box::pin(async move { self.0.handle(job, meta).await }))
     }
 }
 
@@ -327,11 +265,11 @@ async fn after_commit(
     }
 }
 
-/// The batch code of a [`Processor`], the same for every handler type and
-/// every store.
-struct Core {
-    handler: Box<dyn DynHandler>,
-    store: Box<dyn DynStore>,
+/// The batch code of a [`Processor`], the same for every handler of an
+/// effect type, and for every store.
+struct Core<E> {
+    handler: Box<dyn DynHandler<E>>,
+    store: Arc<dyn Store<Effect = E>>,
     dead_letters: DeadLetters,
     sqs: aws_sdk_sqs::Client,
     resolver: JobIdResolver,
@@ -343,43 +281,14 @@ struct Core {
 }
 
 impl<H: Handler> Processor<H> {
-    /// A processor for `handler` on DynamoDB: commits through `committer`,
-    /// records failures and sends dead letters through `dead_letters`,
-    /// sets visibility with `sqs`, finds job ids with `resolver`. Hosts
-    /// build it once per process ([`crate::host::Host::from_clients`]).
-    ///
-    /// Jobs are weighed against the TTL `dead_letters` keeps its records
-    /// for ([`Processor::with_marker_ttl`] to set another).
+    /// A processor for `handler`, whose effects `store` commits and whose
+    /// failures it records: sends dead letters and sets visibility with
+    /// `sqs`, finds job ids with `resolver`. Jobs are weighed against the
+    /// store's marker TTL. Hosts build it once per process
+    /// ([`crate::host::Host`]).
     pub fn new(
         handler: H,
-        committer: Committer,
-        dead_letters: DeadLetters,
-        sqs: aws_sdk_sqs::Client,
-        resolver: JobIdResolver,
-        config: BatchConfig,
-    ) -> Self {
-        let marker_ttl = dead_letters.marker_ttl();
-        Processor::with_store(
-            handler,
-            DynamoDb::new(committer),
-            dead_letters,
-            sqs,
-            resolver,
-            config,
-        )
-        .with_marker_ttl(marker_ttl)
-    }
-}
-
-impl<H: Handler<S>, S: Store> Processor<H, S> {
-    /// A processor for `handler`, whose effects `store` commits: records
-    /// failures and sends dead letters through `dead_letters`, sets
-    /// visibility with `sqs`, finds job ids with `resolver`. Jobs are
-    /// weighed against the store's marker TTL.
-    pub fn with_store(
-        handler: H,
-        store: S,
-        dead_letters: DeadLetters,
+        store: Arc<dyn Store<Effect = H::Effect>>,
         sqs: aws_sdk_sqs::Client,
         resolver: JobIdResolver,
         config: BatchConfig,
@@ -387,18 +296,14 @@ impl<H: Handler<S>, S: Store> Processor<H, S> {
         Self {
             core: Core {
                 marker_ttl: store.marker_ttl(),
-                handler: Box::new(ForStore {
-                    handler,
-                    _store: PhantomData::<fn() -> S>,
-                }),
-                store: Box::new(store),
-                dead_letters,
+                handler: Box::new(Erased(handler)),
+                store,
+                dead_letters: DeadLetters::new(sqs.clone()),
                 follow_ups: FollowUpSender::new(sqs.clone()),
                 sqs,
                 resolver,
                 config,
             },
-            _handler: PhantomData,
         }
     }
 
@@ -432,7 +337,7 @@ impl<H: Handler<S>, S: Store> Processor<H, S> {
     }
 }
 
-impl Core {
+impl<E: Send + Sync + 'static> Core<E> {
     async fn process(
         &self,
         queue: &QueueInfo,
@@ -441,8 +346,11 @@ impl Core {
     ) -> BatchReport {
         let budget = Budget::new(deadline, self.config.deadline_margin);
         let contended = AtomicU64::new(0);
+        // Each job's future boxed: its type (decode, handle, commit,
+        // classify, record) would otherwise nest inside the scheduler's
+        // past what the compiler lays out.
         let verdicts = schedule(messages, deadline, &self.config, |msg| {
-            self.run_one(queue, msg, deadline, &budget, &contended)
+            Box::pin(self.run_one(queue, msg, deadline, &budget, &contended))
         })
         .await;
         let mut report = BatchReport {
@@ -616,7 +524,7 @@ impl Core {
                     job_id: id.clone(),
                     attempt: msg.receive_count,
                     queue: queue.name.clone(),
-                    namespace: self.store.namespace_of(&queue.name).into(),
+                    namespace: self.store.namespace_for(&queue.name).into(),
                     queue_url: queue.url.clone(),
                     message_id: msg.message_id.clone(),
                     deadline,
@@ -689,19 +597,21 @@ impl Core {
         budget: &Budget,
         contended: &AtomicU64,
     ) -> Attempt {
-        if self.store.reads_markers_first() {
-            match self.store.look_up_marker(job_ref).await {
-                Ok(LookedUp::Absent) => {}
-                Ok(LookedUp::Settled(settled)) => {
+        if self.store.looks_up() {
+            let found = self.store.look_up(std::slice::from_ref(&job_ref)).await;
+            match found.into_iter().next() {
+                Some(Ok(LookedUp::Absent)) => {}
+                Some(Ok(LookedUp::Settled(settled))) => {
                     return Attempt::Commit(Ok(after_commit(&self.follow_ups, &[], settled).await));
                 }
-                Err(e) => return Attempt::Commit(Err(e)),
+                Some(Err(e)) => return Attempt::Commit(Err(e)),
+                None => {
+                    return Attempt::Commit(Err(CommitError::Service(
+                        "the store's look-up answered for no job".into(),
+                    )));
+                }
             }
         }
-        let mut decoded = match self.handler.decode(payload) {
-            Ok(job) => Some(job),
-            Err(e) => return Attempt::Undecodable(e),
-        };
         // A lost optimistic-concurrency race runs the job again (decoded
         // afresh), within this invocation.
         let work = rerun_lost_races(
@@ -709,23 +619,18 @@ impl Core {
             budget.start_by,
             contended,
             || {
-                let job = decoded
-                    .take()
-                    .map_or_else(|| self.handler.decode(payload), Ok);
-                let meta = meta.clone();
+                let run = self.handler.run(payload, meta.clone());
                 async move {
-                    let job = job.map_err(Attempt::Undecodable)?;
-                    let effect = self
-                        .handler
-                        .handle(job, meta)
+                    let effect = run
+                        .map_err(Attempt::Undecodable)?
                         .await
                         .map_err(Attempt::Handler)?;
                     // Follow-ups go out after the commit and before the
                     // acknowledgement (src/followup.rs).
-                    Ok(match self.store.commit_effect(job_ref, &effect).await {
+                    Ok(match self.store.commit(job_ref, &effect).await {
                         Ok(settled) => Ok(after_commit(
                             &self.follow_ups,
-                            self.store.follow_ups_of(&effect),
+                            self.store.follow_ups(&effect),
                             settled,
                         )
                         .await),
@@ -806,7 +711,7 @@ impl Core {
     /// context for `idemq dlq`, not something the batch's outcome needs.
     /// Whether it was written.
     async fn record(&self, record: &FailureRecord, budget: &Budget) -> bool {
-        match bounded(budget.optional_by, self.dead_letters.record(record)).await {
+        match bounded(budget.optional_by, self.store.record_failure(record)).await {
             Some(Ok(())) => true,
             Some(Err(e)) => {
                 tracing::error!("could not write the failure record: {e}");
@@ -1199,6 +1104,7 @@ mod erased_handler_tests {
 
     impl Handler for PanicsEagerly {
         type Job = serde_json::Value;
+        type Effect = Effect;
 
         fn handle(
             &self,

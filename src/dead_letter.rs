@@ -3,8 +3,8 @@
 //! SQS's native redrive moves a message to the DLQ after maxReceiveCount
 //! receives but keeps no trace of *why*. So every failed attempt writes a
 //! failure record (job id, attempt, error and its chain, time, source queue,
-//! payload hash) to the idemq table ([`FailureRecord`],
-//! [`DeadLetters::record`]), and a message dead-lettered by idemq itself (a
+//! payload hash) to the store ([`FailureRecord`],
+//! [`Store::record_failure`](crate::store::Store::record_failure)), and a message dead-lettered by idemq itself (a
 //! permanent failure) also carries that context as `idemq-*` attributes, as
 //! far as SQS's limits allow: the copy always carries the producer's
 //! attributes and `idemq-job-id`, and the context only what is left of the
@@ -16,15 +16,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 
-use crate::config::TableLayout;
 use crate::failure::truncate;
 pub use crate::failure::{DlqError, FailureRecord, LetterKey, MAX_RECORD_CHAIN, MAX_RECORD_ERROR};
 use crate::job::{FIRST_ENQUEUED_ATTRIBUTE, IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
@@ -32,8 +31,6 @@ use crate::producer::{
     DEFAULT_MAX_MESSAGE_BYTES, INVALID_MESSAGE_CODES, MAX_ATTRIBUTES, attributes_with_job_id,
     message_size, spare_attribute_slots,
 };
-use crate::store::FailureRecords;
-use crate::store::dynamodb::FailureTable;
 
 /// Dead-letter context attribute: the last error, capped.
 pub const ATTR_ERROR: &str = "idemq-error";
@@ -46,123 +43,22 @@ pub const ATTR_SOURCE_QUEUE: &str = "idemq-source-queue";
 /// Longest context attribute value, in bytes; the record keeps the whole
 /// error (within [`MAX_RECORD_ERROR`] and the chain caps).
 const MAX_CONTEXT_VALUE: usize = 1024;
-/// Where [`DeadLetters`] keeps failure records.
-///
-/// DynamoDB's table is called directly, not through the trait object:
-/// a `dyn FailureRecords` vtable holds every method, so a Lambda function,
-/// which only writes records, would carry the reads' `BatchGetItem` code too
-/// (0.12 MB of a stripped bootstrap, `make bench-size`).
-#[derive(Debug, Clone)]
-enum Records {
-    Table(Arc<FailureTable>),
-    Store(Arc<dyn FailureRecords>),
-}
-
-/// Writes failure records (to the store's [`FailureRecords`]) and sends
-/// permanent failures to the DLQ.
+/// Sends permanent failures to the DLQ with their context. (Failure
+/// records are the store's: [`Store::record_failure`](crate::store::Store::record_failure).)
 #[derive(Debug, Clone)]
 pub struct DeadLetters {
-    records: Records,
     sqs: aws_sdk_sqs::Client,
-    ttl: Duration,
-    /// The namespaces a read looks in, besides the layout's own.
-    sources: Vec<String>,
     /// `MaximumMessageSize` of each DLQ sent to, read once.
     dlq_sizes: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl DeadLetters {
-    /// Writes records to the idemq table of `layout` in DynamoDB (kept
-    /// `ttl`, like the markers) and sends dead letters with `sqs`.
-    pub fn new(
-        ddb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
-        layout: TableLayout,
-        ttl: Duration,
-    ) -> Self {
-        Self::from_records(
-            Records::Table(Arc::new(FailureTable::new(ddb, layout, ttl))),
-            sqs,
-            ttl,
-        )
-    }
-
-    /// Writes records to `records`, a store's failure records kept `ttl`,
-    /// and sends dead letters with `sqs`.
-    pub fn with_records(
-        records: Arc<dyn FailureRecords>,
-        sqs: aws_sdk_sqs::Client,
-        ttl: Duration,
-    ) -> Self {
-        Self::from_records(Records::Store(records), sqs, ttl)
-    }
-
-    fn from_records(records: Records, sqs: aws_sdk_sqs::Client, ttl: Duration) -> Self {
+    /// Sends dead letters with `sqs`.
+    pub fn new(sqs: aws_sdk_sqs::Client) -> Self {
         Self {
-            records,
             sqs,
-            ttl,
-            sources: Vec::new(),
             dlq_sizes: Arc::default(),
         }
-    }
-
-    /// The marker TTL these records are kept for: the consumer's
-    /// (`IDEMQ_MARKER_TTL`), which the batch weighs a job's age against
-    /// ([`crate::horizon`]).
-    pub fn marker_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// Reads look for records in the namespaces of these source queues
-    /// (names, URLs or ARNs: a DLQ's `ListDeadLetterSourceQueues`) when the
-    /// layout sets no namespace, and always under the key an earlier
-    /// version wrote.
-    pub fn with_source_queues<S: AsRef<str>>(mut self, queues: &[S]) -> Self {
-        self.sources = queues
-            .iter()
-            .map(|q| crate::config::queue_name(q.as_ref()).to_owned())
-            .collect();
-        self
-    }
-
-    /// Stores `rec` in the store's failure records (on DynamoDB one
-    /// `PutItem`; only failures pay for it).
-    pub async fn record(&self, rec: &FailureRecord) -> Result<(), DlqError> {
-        match &self.records {
-            // The table's own future, not the trait's boxed one: boxing it
-            // made a second copy of the SDK's request pipeline (0.25 MB).
-            Records::Table(table) => table.put_record(rec).await,
-            Records::Store(records) => records.record_failure(rec).await,
-        }
-    }
-
-    /// Reads the failure record of a job (or, with `job_id` `None`, of a
-    /// message without a valid job id), under any key it may be stored
-    /// under (see [`DeadLetters::with_source_queues`]).
-    pub async fn read(
-        &self,
-        job_id: Option<&str>,
-        message_id: &str,
-    ) -> Result<Option<FailureRecord>, DlqError> {
-        match &self.records {
-            Records::Table(table) => table.read_failure(&self.sources, job_id, message_id),
-            Records::Store(records) => records.read_failure(&self.sources, job_id, message_id),
-        }
-        .await
-    }
-
-    /// Reads the failure records of many dead letters (on DynamoDB, 100
-    /// keys per `BatchGetItem`). Keyed by `(job id, message id)` as given.
-    pub async fn read_many(
-        &self,
-        wanted: &[LetterKey],
-    ) -> Result<HashMap<LetterKey, FailureRecord>, DlqError> {
-        match &self.records {
-            Records::Table(table) => table.read_failures(&self.sources, wanted),
-            Records::Store(records) => records.read_failures(&self.sources, wanted),
-        }
-        .await
     }
 
     /// Sends a permanent failure to the DLQ now: its body, its producer's
@@ -475,7 +371,7 @@ fn rfc3339(t: SystemTime) -> String {
 mod tests {
     use super::*;
     use crate::failure::{Failure, capped_chain};
-    use std::time::UNIX_EPOCH;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use crate::classify::FailureKind;
     use proptest::prelude::*;

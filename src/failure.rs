@@ -105,7 +105,7 @@ impl FailureKind {
     }
 }
 
-/// A dead letter as [`DeadLetters::read_many`](crate::dead_letter::DeadLetters::read_many) looks it up: its job id (if
+/// A dead letter as [`Records::read_many`](crate::dlq::records::Records::read_many) looks it up: its job id (if
 /// it has one) and its message id.
 pub type LetterKey = (Option<String>, String);
 

@@ -1,5 +1,5 @@
 //! The user's side of the contract: a [`Handler`] receives a decoded job and
-//! returns its [`Effect`], or a [`JobError`] that says whether to retry.
+//! returns its [`Effect`](Handler::Effect), or a [`JobError`] that says whether to retry.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -12,8 +12,6 @@ use tokio::time::Instant;
 use serde::de::DeserializeOwned;
 
 use crate::job::JobId;
-use crate::store::Store;
-use crate::store::dynamodb::{DynamoDb, Effect};
 
 /// Any error a handler wants to report, with its source chain.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -42,6 +40,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///
 /// impl Handler for Import {
 ///     type Job = String;
+///     type Effect = Effect;
 ///
 ///     async fn handle(&self, path: String, _meta: JobMeta) -> Result<Effect, JobError> {
 ///         let text = std::fs::read_to_string(&path)?; // transient: retried
@@ -172,17 +171,22 @@ impl JobMeta {
 /// A job handler. Implement it, or wrap an async closure with
 /// [`handler_fn`].
 ///
-/// `S` is the store its effects commit to ([`crate::store`]); by default
-/// DynamoDB, whose effect is [`Effect`], so `impl Handler for MyHandler`
-/// returning `Result<Effect, JobError>` is a DynamoDB handler.
-pub trait Handler<S: Store = DynamoDb>: Send + Sync + 'static {
+/// [`Effect`](Self::Effect) names the store its results commit to: a
+/// DynamoDB handler returns [`crate::Effect`] (DynamoDB's writes), a
+/// PostgreSQL handler `idemq::postgres::Effect` (SQL statements). A host
+/// runs a handler only on a store of that effect ([`crate::store`]).
+pub trait Handler: Send + Sync + 'static {
     /// The job payload, decoded from the message body as JSON. A body that
     /// does not decode is a permanent error, sent to the DLQ.
     type Job: DeserializeOwned + Send + 'static;
 
-    /// Handles one job: its effect ([`Effect`] on DynamoDB) is committed
-    /// with the dedup marker in one transaction of the store; an `Err` says
-    /// whether to retry ([`JobError`]).
+    /// What a job's result is, in its store's terms: `idemq::Effect` on
+    /// DynamoDB, `idemq::postgres::Effect` on PostgreSQL.
+    type Effect: Send + Sync + 'static;
+
+    /// Handles one job: its effect is committed with the dedup marker in
+    /// one transaction of the store; an `Err` says whether to retry
+    /// ([`JobError`]).
     /// Called again for every delivery that finds no marker, so it must not
     /// have side effects outside the effect (or must key them with
     /// [`JobMeta::downstream_key`]).
@@ -190,7 +194,7 @@ pub trait Handler<S: Store = DynamoDb>: Send + Sync + 'static {
         &self,
         job: Self::Job,
         meta: JobMeta,
-    ) -> impl Future<Output = Result<S::Effect, JobError>> + Send;
+    ) -> impl Future<Output = Result<Self::Effect, JobError>> + Send;
 }
 
 /// A [`Handler`] made from an async closure.
@@ -210,11 +214,12 @@ pub trait Handler<S: Store = DynamoDb>: Send + Sync + 'static {
 /// });
 /// # let _ = handler;
 /// ```
-pub fn handler_fn<J, F, Fut>(f: F) -> HandlerFn<F, J>
+pub fn handler_fn<J, E, F, Fut>(f: F) -> HandlerFn<F, J>
 where
     J: DeserializeOwned + Send + 'static,
+    E: Send + Sync + 'static,
     F: Fn(J, JobMeta) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Effect, JobError>> + Send,
+    Fut: Future<Output = Result<E, JobError>> + Send,
 {
     HandlerFn {
         f,
@@ -228,19 +233,17 @@ pub struct HandlerFn<F, J> {
     _job: PhantomData<fn(J)>,
 }
 
-impl<J, F, Fut> Handler for HandlerFn<F, J>
+impl<J, E, F, Fut> Handler for HandlerFn<F, J>
 where
     J: DeserializeOwned + Send + 'static,
+    E: Send + Sync + 'static,
     F: Fn(J, JobMeta) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Effect, JobError>> + Send,
+    Fut: Future<Output = Result<E, JobError>> + Send,
 {
     type Job = J;
+    type Effect = E;
 
-    fn handle(
-        &self,
-        job: J,
-        meta: JobMeta,
-    ) -> impl Future<Output = Result<Effect, JobError>> + Send {
+    fn handle(&self, job: J, meta: JobMeta) -> impl Future<Output = Result<E, JobError>> + Send {
         (self.f)(job, meta)
     }
 }

@@ -31,21 +31,12 @@ use tokio::sync::Mutex;
 use crate::batch::Message;
 use crate::config::BatchConfig;
 use crate::handler::Handler;
+use crate::host::OpenStore;
 use crate::host::{Host, HostError};
 use crate::queue::{QueueInfo, url_of_arn};
-use crate::store::Store;
-use crate::store::dynamodb::DynamoDb;
 
 /// Lambda's longest `MaximumBatchingWindowInSeconds` for SQS.
 const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
-
-/// Runs `handler` under the Lambda runtime until the environment ends, with
-/// the SDK configuration from the environment. Installs nothing: see
-/// [`crate::run`] for the logging defaults.
-pub async fn run<H: Handler>(handler: H) -> Result<(), HostError> {
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    lambda_runtime::run(BatchService::new(handler, &sdk).await?).await
-}
 
 /// The SQS batch handler of a Lambda function as a
 /// `tower::Service<LambdaEvent<SqsEvent>>` answering the partial batch
@@ -73,18 +64,18 @@ pub async fn run<H: Handler>(handler: H) -> Result<(), HostError> {
 /// a message id, a queue that cannot be described) fails the whole
 /// invocation, and Lambda retries the whole batch; the dedup markers make
 /// that safe. Cloning is cheap: clones share the clients and the queue cache.
-pub struct BatchService<H, S = DynamoDb> {
-    inner: Arc<Inner<H, S>>,
+pub struct BatchService<H: Handler> {
+    inner: Arc<Inner<H>>,
 }
 
-struct Inner<H, S> {
-    host: Host<H, S>,
+struct Inner<H: Handler> {
+    host: Host<H>,
     /// Queue facts (DLQ, maxReceiveCount, retention) by source ARN, read on
     /// a queue's first batch.
     queues: Mutex<HashMap<String, Arc<QueueInfo>>>,
 }
 
-impl<H, S> Clone for BatchService<H, S> {
+impl<H: Handler> Clone for BatchService<H> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
@@ -92,13 +83,16 @@ impl<H, S> Clone for BatchService<H, S> {
     }
 }
 
-impl<H, S> std::fmt::Debug for BatchService<H, S> {
+impl<H: Handler> std::fmt::Debug for BatchService<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchService").finish_non_exhaustive()
     }
 }
 
-impl<H: Handler> BatchService<H> {
+impl<H: Handler> BatchService<H>
+where
+    H::Effect: OpenStore,
+{
     /// Builds the SQS and DynamoDB clients from `sdk_config` and reads
     /// idemq's settings from the environment (`IDEMQ_TABLE` and the other
     /// `IDEMQ_*` variables, as [`crate::run`] does).
@@ -108,10 +102,10 @@ impl<H: Handler> BatchService<H> {
     }
 }
 
-impl<H: Handler<S>, S: Store> BatchService<H, S> {
+impl<H: Handler> BatchService<H> {
     /// A service over a host built elsewhere ([`Host::from_clients`]: your
     /// own clients and settings, no environment read).
-    pub fn from_host(host: Host<H, S>) -> Self {
+    pub fn from_host(host: Host<H>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 host,
@@ -121,7 +115,7 @@ impl<H: Handler<S>, S: Store> BatchService<H, S> {
     }
 }
 
-impl<H: Handler<S>, S: Store> Service<LambdaEvent<SqsEvent>> for BatchService<H, S> {
+impl<H: Handler> Service<LambdaEvent<SqsEvent>> for BatchService<H> {
     type Response = SqsBatchResponse;
     type Error = HostError;
     type Future = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, HostError>> + Send>>;
@@ -138,8 +132,8 @@ impl<H: Handler<S>, S: Store> Service<LambdaEvent<SqsEvent>> for BatchService<H,
     }
 }
 
-async fn handle<H: Handler<S>, S: Store>(
-    host: &Host<H, S>,
+async fn handle<H: Handler>(
+    host: &Host<H>,
     queues: &Mutex<HashMap<String, Arc<QueueInfo>>>,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, HostError> {
@@ -176,8 +170,8 @@ async fn handle<H: Handler<S>, S: Store>(
     Ok(response)
 }
 
-async fn queue_info<H: Handler<S>, S: Store>(
-    host: &Host<H, S>,
+async fn queue_info<H: Handler>(
+    host: &Host<H>,
     queues: &Mutex<HashMap<String, Arc<QueueInfo>>>,
     arn: &str,
 ) -> Result<Arc<QueueInfo>, HostError> {

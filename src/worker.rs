@@ -18,9 +18,8 @@ use clap::Parser;
 use crate::batch::Message;
 use crate::config::BatchConfig;
 use crate::handler::Handler;
-use crate::host::{Host, HostError};
+use crate::host::{Host, HostError, OpenStore};
 use crate::metrics::BatchMetrics;
-use crate::store::Store;
 
 /// Command-line options of a handler binary run as a local worker.
 #[derive(Debug, Clone, Parser)]
@@ -64,7 +63,10 @@ impl WorkerArgs {
 }
 
 /// Runs the worker with the batch configuration from `IDEMQ_*`.
-pub async fn run<H: Handler>(handler: H, args: WorkerArgs) -> Result<BatchMetrics, HostError> {
+pub async fn run<H: Handler>(handler: H, args: WorkerArgs) -> Result<BatchMetrics, HostError>
+where
+    H::Effect: OpenStore,
+{
     run_with(handler, args, BatchConfig::from_env()?).await
 }
 
@@ -74,7 +76,10 @@ pub async fn run_with<H: Handler>(
     handler: H,
     args: WorkerArgs,
     mut batch: BatchConfig,
-) -> Result<BatchMetrics, HostError> {
+) -> Result<BatchMetrics, HostError>
+where
+    H::Effect: OpenStore,
+{
     if let Some(c) = args.concurrency {
         batch.concurrency = c.max(1);
     }
@@ -84,8 +89,8 @@ pub async fn run_with<H: Handler>(
 
 /// The worker loop over a built host: receive, process, delete, until
 /// SIGINT / SIGTERM or `--exit-when-idle`.
-pub async fn serve<H: Handler<S>, S: Store>(
-    host: &Host<H, S>,
+pub async fn serve<H: Handler>(
+    host: &Host<H>,
     args: &WorkerArgs,
 ) -> Result<BatchMetrics, HostError> {
     serve_until(host, args, signals()).await
@@ -97,8 +102,8 @@ pub async fn serve<H: Handler<S>, S: Store>(
 /// again at once, and a batch in hand is finished and acknowledged first. For a worker embedded in a larger program, with a
 /// shutdown of its own (and for tests: the simulation runs it this way,
 /// killing it by dropping the future).
-pub async fn serve_until<H: Handler<S>, S: Store>(
-    host: &Host<H, S>,
+pub async fn serve_until<H: Handler>(
+    host: &Host<H>,
     args: &WorkerArgs,
     stop: impl Future<Output = ()>,
 ) -> Result<BatchMetrics, HostError> {
@@ -212,8 +217,8 @@ const ANSWER_GRACE: Duration = Duration::from_secs(1);
 /// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html>),
 /// instead of a whole visibility timeout later. Their receive still
 /// counts toward `maxReceiveCount`: SQS counted it when it answered.
-async fn hand_back<H: Handler<S>, S: Store>(
-    host: &Host<H, S>,
+async fn hand_back<H: Handler>(
+    host: &Host<H>,
     url: &str,
     messages: &[aws_sdk_sqs::types::Message],
 ) {

@@ -21,7 +21,6 @@ use idemq::batch::{Budget, Message, Processor};
 use idemq::classify::{FailureKind, Verdict};
 use idemq::config::BatchConfig;
 use idemq::config::DEFAULT_MARKER_TTL;
-use idemq::dead_letter::DeadLetters;
 use idemq::handler::{JobError, JobMeta, handler_fn};
 use idemq::queue::QueueInfo;
 use idemq::{Committer, Effect, JobIdResolver, TableLayout};
@@ -238,8 +237,10 @@ fn processor(
     let layout = TableLayout::new("edges");
     Processor::new(
         handler,
-        Committer::new(fake.ddb(), layout.clone(), DEFAULT_MARKER_TTL),
-        DeadLetters::new(fake.ddb(), fake.sqs(), layout, DEFAULT_MARKER_TTL),
+        std::sync::Arc::new(idemq::store::DynamoDb::new(
+            Committer::new(fake.ddb(), layout.clone(), DEFAULT_MARKER_TTL),
+            idemq::store::dynamodb::FailureTable::new(fake.ddb(), layout, DEFAULT_MARKER_TTL),
+        )),
         fake.sqs(),
         JobIdResolver::new(),
         config,

@@ -892,7 +892,7 @@ mod through_the_batch {
     use idemq::batch::{BatchReport, Message, Processor};
     use idemq::classify::{FailureKind, Verdict};
     use idemq::config::BatchConfig;
-    use idemq::dead_letter::DeadLetters;
+
     use idemq::handler::{JobMeta, handler_fn};
     use idemq::queue::QueueInfo;
     use idemq::{JobIdResolver, TableLayout};
@@ -981,8 +981,10 @@ mod through_the_batch {
         let ttl = Duration::from_secs(3600);
         let processor = Processor::new(
             handler,
-            Committer::new(ddb.clone(), layout.clone(), ttl),
-            DeadLetters::new(ddb, sqs.clone(), layout, ttl),
+            std::sync::Arc::new(idemq::store::DynamoDb::new(
+                Committer::new(ddb.clone(), layout.clone(), ttl),
+                idemq::store::dynamodb::FailureTable::new(ddb, layout, ttl),
+            )),
             sqs,
             JobIdResolver::new(),
             BatchConfig::default(),

@@ -32,6 +32,7 @@ struct Racing {
 
 impl Handler for Racing {
     type Job = Adjust;
+    type Effect = idemq::Effect;
 
     async fn handle(&self, job: Adjust, meta: JobMeta) -> Result<Effect, JobError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
@@ -98,7 +99,7 @@ fn number(item: &Item, name: &str) -> i64 {
 }
 
 /// `(stock, version)` of the widget.
-fn stock<H>(kit: &TestKit<H>) -> (i64, i64) {
+fn stock<H: idemq::handler::Handler>(kit: &TestKit<H>) -> (i64, i64) {
     let item = kit.item(&Key::string("pk", "stock#widget")).unwrap();
     (number(&item, "stock"), number(&item, "version"))
 }

@@ -22,8 +22,8 @@ use idemq::backoff::Backoff;
 use idemq::classify::{Failure, FailureKind};
 use idemq::config::BatchConfig;
 use idemq::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetters, FailureRecord,
-    MAX_RECORD_CHAIN, MAX_RECORD_ERROR,
+    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, FailureRecord, MAX_RECORD_CHAIN,
+    MAX_RECORD_ERROR,
 };
 use idemq::handler::{JobError, JobMeta, handler_fn};
 use idemq::init::InitReport;
@@ -59,13 +59,18 @@ async fn die_permanently(res: &InitReport, error: &'static str, calls: &Calls) {
 
 /// Records of the consumer of `queue` (its namespace), as `idemq dlq`
 /// reads them.
-fn dead_letters(sdk: &aws_config::SdkConfig, table: &str, queue: &str) -> DeadLetters {
-    DeadLetters::new(
-        aws_sdk_dynamodb::Client::new(sdk),
-        aws_sdk_sqs::Client::new(sdk),
-        TableLayout::new(table),
-        Duration::from_secs(3600),
-    )
+fn dead_letters(
+    sdk: &aws_config::SdkConfig,
+    table: &str,
+    queue: &str,
+) -> idemq::dlq::records::Records {
+    idemq::dlq::records::Records::new(std::sync::Arc::new(
+        idemq::store::dynamodb::FailureTable::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            TableLayout::new(table),
+            Duration::from_secs(3600),
+        ),
+    ))
     .with_source_queues(&[queue])
 }
 

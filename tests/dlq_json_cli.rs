@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::{idemq_bin, init_queue, sdk, string_attribute, unique};
 use idemq::TableLayout;
 use idemq::classify::{Failure, FailureKind};
-use idemq::dead_letter::{DeadLetters, FailureRecord};
+use idemq::dead_letter::FailureRecord;
 use serde_json::Value;
 
 /// The CLI with the consumer settings `env` and none of this process's
@@ -72,12 +72,13 @@ async fn letters_with_records() -> Setup {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let queue_name = res.queue_url.rsplit('/').next().unwrap().to_owned();
     let layout = TableLayout::new(res.table_name.clone());
-    let records = DeadLetters::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
-        sqs.clone(),
-        layout,
-        idemq::config::DEFAULT_MARKER_TTL,
-    );
+    let records = idemq::dlq::records::Records::new(std::sync::Arc::new(
+        idemq::store::dynamodb::FailureTable::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            layout,
+            idemq::config::DEFAULT_MARKER_TTL,
+        ),
+    ));
     for job in ["j-1", "j-2"] {
         let sent = sqs
             .send_message()

@@ -16,7 +16,6 @@ use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http
 use idemq::batch::{Message, Processor};
 use idemq::classify::Verdict;
 use idemq::config::BatchConfig;
-use idemq::dead_letter::DeadLetters;
 use idemq::envelope::Envelope;
 use idemq::handler::{JobMeta, handler_fn};
 use idemq::queue::QueueInfo;
@@ -125,8 +124,10 @@ async fn run(
     });
     let processor = Processor::new(
         handler,
-        Committer::new(ddb.clone(), layout.clone(), ttl),
-        DeadLetters::new(ddb, sqs(), layout, ttl),
+        std::sync::Arc::new(idemq::store::DynamoDb::new(
+            Committer::new(ddb.clone(), layout.clone(), ttl),
+            idemq::store::dynamodb::FailureTable::new(ddb, layout, ttl),
+        )),
         sqs(),
         resolver,
         BatchConfig::default(),

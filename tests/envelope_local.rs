@@ -29,7 +29,7 @@ use idemq::{IdempotencyConfig, JobIdResolver, TableLayout, TopicProducer};
 
 /// Runs `handler` as the local worker on `res`'s queue, jobs in `envelope`
 /// (and ids at `pointer` in the inner message), until idle for 3 s.
-async fn work<H: idemq::handler::Handler>(
+async fn work<H: idemq::handler::Handler<Effect = idemq::Effect>>(
     handler: H,
     res: &InitReport,
     resolver: JobIdResolver,

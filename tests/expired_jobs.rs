@@ -18,7 +18,9 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 /// A handler that counts its runs: each stands for a side effect outside
 /// DynamoDB (a card charge) that must not happen twice.
-fn counting(runs: Arc<AtomicUsize>) -> impl Handler<Job = serde_json::Value> {
+fn counting(
+    runs: Arc<AtomicUsize>,
+) -> impl Handler<Job = serde_json::Value, Effect = idemq::Effect> {
     handler_fn(move |_job: serde_json::Value, _meta: JobMeta| {
         let runs = Arc::clone(&runs);
         async move {

@@ -38,7 +38,7 @@ fn event(records: &[(&str, &str, &str, u32)]) -> String {
     event::sqs_event(QUEUE, &records)
 }
 
-fn balance<H>(kit: &TestKit<H>, account: &str) -> Option<String> {
+fn balance<H: idemq::handler::Handler>(kit: &TestKit<H>, account: &str) -> Option<String> {
     kit.item(&Key::string("pk", format!("account#{account}")))
         .and_then(|i| i.get("balance").and_then(|v| v.as_n().ok()).cloned())
 }

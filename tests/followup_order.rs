@@ -18,7 +18,6 @@ use aws_smithy_types::body::SdkBody;
 use idemq::batch::{Message, Processor};
 use idemq::classify::{FailureKind, Verdict};
 use idemq::config::{BatchConfig, DEFAULT_MARKER_TTL};
-use idemq::dead_letter::DeadLetters;
 use idemq::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp};
 use idemq::handler::{JobMeta, handler_fn};
 use idemq::queue::QueueInfo;
@@ -206,8 +205,10 @@ async fn run(commit: Commit) -> (Verdict, Fake) {
     let layout = TableLayout::new("jobs");
     let processor = Processor::new(
         handler,
-        Committer::new(fake.ddb(), layout.clone(), DEFAULT_MARKER_TTL),
-        DeadLetters::new(fake.ddb(), fake.sqs(), layout, DEFAULT_MARKER_TTL),
+        std::sync::Arc::new(idemq::store::DynamoDb::new(
+            Committer::new(fake.ddb(), layout.clone(), DEFAULT_MARKER_TTL),
+            idemq::store::dynamodb::FailureTable::new(fake.ddb(), layout, DEFAULT_MARKER_TTL),
+        )),
         fake.sqs(),
         JobIdResolver::new(),
         BatchConfig::default(),

@@ -29,7 +29,6 @@ use common::{attribute, drain, number, sdk, unique};
 use idemq::TableLayout;
 use idemq::classify::FailureKind;
 use idemq::config::DEFAULT_MARKER_TTL;
-use idemq::dead_letter::DeadLetters;
 use idemq::init::{InitSpec, init};
 use serde_json::Value;
 
@@ -259,13 +258,18 @@ async fn counter(
 
 /// The failure records of jobs from `queue`: in its namespace (the
 /// queue's name, the function's default).
-fn dead_letters(sdk: &aws_config::SdkConfig, probe: &Probe, queue: &Queue) -> DeadLetters {
-    DeadLetters::new(
-        aws_sdk_dynamodb::Client::new(sdk),
-        aws_sdk_sqs::Client::new(sdk),
-        TableLayout::new(probe.table()),
-        DEFAULT_MARKER_TTL,
-    )
+fn dead_letters(
+    sdk: &aws_config::SdkConfig,
+    probe: &Probe,
+    queue: &Queue,
+) -> idemq::dlq::records::Records {
+    idemq::dlq::records::Records::new(std::sync::Arc::new(
+        idemq::store::dynamodb::FailureTable::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            TableLayout::new(probe.table()),
+            DEFAULT_MARKER_TTL,
+        ),
+    ))
     .with_source_queues(&[&queue.name])
 }
 

@@ -36,7 +36,7 @@ fn event(message_id: &str, body: &str, job_id: &str, receives: u32) -> String {
     event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), receives)])
 }
 
-fn n<H>(kit: &TestKit<H>, pk: &str, attribute: &str) -> Option<String> {
+fn n<H: idemq::handler::Handler>(kit: &TestKit<H>, pk: &str, attribute: &str) -> Option<String> {
     kit.item(&Key::string("pk", pk))
         .and_then(|i| i.get(attribute).and_then(|v| v.as_n().ok()).cloned())
 }
@@ -146,7 +146,7 @@ async fn commit(c: &Committer, id: &str, body: &str, effect: &Effect) -> CommitO
     c.commit(job, effect).await.expect("commit")
 }
 
-fn committer<H>(kit: &TestKit<H>) -> Committer {
+fn committer<H: idemq::handler::Handler>(kit: &TestKit<H>) -> Committer {
     Committer::new(kit.dynamodb_client().clone(), kit.layout().clone(), TTL)
 }
 

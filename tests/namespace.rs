@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::config::{LegacyMarkers, TableLayout};
-use idemq::dead_letter::DeadLetters;
 use idemq::effect::{Effect, Item, Write};
 use idemq::handler::{JobError, JobMeta, handler_fn};
 use idemq::testing::{KitConfig, TestKit};
@@ -40,7 +39,7 @@ fn counting_kit(legacy: LegacyMarkers) -> TestKit<impl idemq::handler::Handler> 
     TestKit::with_config(handler, config)
 }
 
-fn applied<H>(kit: &TestKit<H>, queue: &str, job: &str) -> u64 {
+fn applied<H: idemq::handler::Handler>(kit: &TestKit<H>, queue: &str, job: &str) -> u64 {
     kit.item(&Key::string("pk", format!("applied#{queue}#{job}")))
         .and_then(|i| i.get("n").and_then(|v| v.as_n().ok()).cloned())
         .map_or(0, |n| n.parse().unwrap())
@@ -256,12 +255,13 @@ async fn failure_records_of_both_key_forms_are_found() {
             ]),
         )
         .unwrap();
-    let records = DeadLetters::new(
-        kit.dynamodb_client().clone(),
-        kit.sqs_client().clone(),
-        layout,
-        Duration::from_secs(86_400),
-    )
+    let records = idemq::dlq::records::Records::new(std::sync::Arc::new(
+        idemq::store::dynamodb::FailureTable::new(
+            kit.dynamodb_client().clone(),
+            layout,
+            Duration::from_secs(86_400),
+        ),
+    ))
     .with_source_queues(&["https://sqs.us-east-1.amazonaws.com/000000000000/billing"]);
     let wanted = [
         (Some("new".to_owned()), "m-new".to_owned()),

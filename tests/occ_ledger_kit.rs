@@ -38,6 +38,7 @@ struct Switch {
 
 impl Handler for Switch {
     type Job = Transfer;
+    type Effect = idemq::Effect;
 
     async fn handle(&self, t: Transfer, meta: JobMeta) -> Result<Effect, JobError> {
         if self.occ.load(Ordering::SeqCst) {
@@ -64,7 +65,11 @@ fn event(message_id: &str, body: &str, job_id: &str) -> String {
     event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), 1)])
 }
 
-fn number<H>(kit: &TestKit<H>, account: &str, name: &str) -> Option<String> {
+fn number<H: idemq::handler::Handler>(
+    kit: &TestKit<H>,
+    account: &str,
+    name: &str,
+) -> Option<String> {
     kit.item(&Key::string("pk", format!("account#{account}")))
         .and_then(|i| i.get(name).and_then(|v| v.as_n().ok()).cloned())
 }

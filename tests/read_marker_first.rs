@@ -52,12 +52,12 @@ fn charging_kit(
     (TestKit::with_config(handler, config), charges)
 }
 
-fn charged<H>(kit: &TestKit<H>) -> Option<String> {
+fn charged<H: idemq::handler::Handler>(kit: &TestKit<H>) -> Option<String> {
     kit.item(&Key::string("pk", "charged"))
         .and_then(|i| i.get("n").and_then(|v| v.as_n().ok()).cloned())
 }
 
-fn receipts<H>(kit: &TestKit<H>) -> usize {
+fn receipts<H: idemq::handler::Handler>(kit: &TestKit<H>) -> usize {
     kit.sqs()
         .sent_messages()
         .iter()

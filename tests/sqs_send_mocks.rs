@@ -16,7 +16,6 @@ use aws_sdk_sqs::operation::send_message::{SendMessageError, SendMessageOutput};
 use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchResultEntry};
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
-use idemq::TableLayout;
 use idemq::classify::{Failure, FailureKind};
 use idemq::dead_letter::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
@@ -42,15 +41,9 @@ fn sqs(rules: &[&Rule]) -> Client {
     Client::from_conf(conf)
 }
 
-/// DeadLetters::send never touches DynamoDB: a client that is never called.
+/// Dead letters are sent with SQS alone.
 fn dead_letters(sqs: Client) -> DeadLetters {
-    let ddb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-            .build(),
-    );
-    DeadLetters::new(ddb, sqs, TableLayout::new("t"), Duration::from_secs(3600))
+    DeadLetters::new(sqs)
 }
 
 fn max_size(bytes: usize) -> Rule {

@@ -39,7 +39,7 @@ fn s(item: &Item, name: &str) -> Option<String> {
     item.get(name).and_then(|v| v.as_s().ok()).cloned()
 }
 
-fn balance<H>(kit: &TestKit<H>, account: &str) -> Option<String> {
+fn balance<H: idemq::handler::Handler>(kit: &TestKit<H>, account: &str) -> Option<String> {
     kit.item(&Key::string("pk", format!("account#{account}")))
         .and_then(|i| i.get("balance").and_then(|v| v.as_n().ok()).cloned())
 }

@@ -12,7 +12,6 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntr
 use common::{attribute, drain, init_queue, number, sdk, string_attribute};
 use idemq::backoff::Backoff;
 use idemq::config::BatchConfig;
-use idemq::dead_letter::DeadLetters;
 use idemq::worker::{WorkerArgs, run_with};
 use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
 
@@ -138,12 +137,13 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
     let dead_ids: HashSet<String> = dead.iter().map(job_id).collect();
     assert_eq!(dead.len(), 50 + 10, "50 outage jobs + 10 malformed");
     assert!(outage.iter().all(|id| dead_ids.contains(id)));
-    let dl = DeadLetters::new(
-        ddb.clone(),
-        sqs.clone(),
-        TableLayout::new(&res.table_name),
-        DEFAULT_MARKER_TTL,
-    )
+    let dl = idemq::dlq::records::Records::new(std::sync::Arc::new(
+        idemq::store::dynamodb::FailureTable::new(
+            ddb.clone(),
+            TableLayout::new(&res.table_name),
+            DEFAULT_MARKER_TTL,
+        ),
+    ))
     .with_source_queues(&[&res.queue_url]);
     for id in &outage {
         let rec = dl
@@ -207,8 +207,10 @@ async fn transient_failure_sets_visibility_observed_on_the_queue() {
     });
     let processor = Processor::new(
         handler,
-        Committer::new(ddb.clone(), layout.clone(), DEFAULT_MARKER_TTL),
-        DeadLetters::new(ddb, sqs.clone(), layout, DEFAULT_MARKER_TTL),
+        std::sync::Arc::new(idemq::store::DynamoDb::new(
+            Committer::new(ddb.clone(), layout.clone(), DEFAULT_MARKER_TTL),
+            idemq::store::dynamodb::FailureTable::new(ddb, layout, DEFAULT_MARKER_TTL),
+        )),
         sqs.clone(),
         JobIdResolver::new(),
         BatchConfig::default(),

@@ -15,12 +15,14 @@ use serde::Serialize;
 
 use super::copies::{Letter, letters};
 use super::peek::{Context, DeadMessage, Depth, Peek, join_records};
+use super::records::Records;
 use super::redrive::dead_letter_sources;
 use crate::config::{ConfigError, DEFAULT_MARKER_TTL, TableLayout};
-use crate::dead_letter::{DeadLetters, DlqError, FailureRecord};
+use crate::dead_letter::{DlqError, FailureRecord};
 use crate::job::JobIdResolver;
 use crate::queue::{QueueError, QueueInfo};
 use crate::store::FailureRecords;
+use crate::store::dynamodb::FailureTable;
 
 /// Why a DLQ could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +105,7 @@ pub struct DlqOptions {
 #[derive(Debug)]
 pub struct Dlq {
     peek: Peek,
-    records: Option<DeadLetters>,
+    records: Option<Records>,
     info: QueueInfo,
     resolver: JobIdResolver,
     /// The names of the queues whose `RedrivePolicy` names this one.
@@ -153,7 +155,10 @@ impl Dlq {
         layout: Option<TableLayout>,
         options: DlqOptions,
     ) -> Result<Self, OpenError> {
-        let records = layout.map(|l| DeadLetters::new(ddb, sqs.clone(), l, DEFAULT_MARKER_TTL));
+        let records = layout.map(|l| {
+            let table = FailureTable::new(ddb, l, DEFAULT_MARKER_TTL);
+            Records::new(Arc::new(table))
+        });
         Self::connect_to(sqs, records, options).await
     }
 
@@ -165,14 +170,13 @@ impl Dlq {
         records: Option<Arc<dyn FailureRecords>>,
         options: DlqOptions,
     ) -> Result<Self, OpenError> {
-        let records =
-            records.map(|r| DeadLetters::with_records(r, sqs.clone(), DEFAULT_MARKER_TTL));
+        let records = records.map(Records::new);
         Self::connect_to(sqs, records, options).await
     }
 
     async fn connect_to(
         sqs: aws_sdk_sqs::Client,
-        records: Option<DeadLetters>,
+        records: Option<Records>,
         options: DlqOptions,
     ) -> Result<Self, OpenError> {
         let url = options.dlq_url;
@@ -212,7 +216,7 @@ impl Dlq {
     }
 
     /// Its failure records, when a table was given.
-    pub fn records(&self) -> Option<&DeadLetters> {
+    pub fn records(&self) -> Option<&Records> {
         self.records.as_ref()
     }
 

@@ -16,5 +16,6 @@ pub mod archive;
 pub mod copies;
 pub mod inspect;
 pub mod peek;
+pub mod records;
 pub mod redrive;
 pub mod settings;

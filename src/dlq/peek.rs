@@ -15,9 +15,10 @@ use aws_sdk_sqs::types::{
 };
 use serde::Serialize;
 
+use super::records::Records;
 use crate::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetters, DlqError,
-    FailureRecord, LetterKey,
+    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError, FailureRecord,
+    LetterKey,
 };
 use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 
@@ -540,7 +541,7 @@ impl Peek {
 /// attributes (from those alone without `records`). In the order of
 /// `messages`, each with its record key.
 pub async fn join_records(
-    records: Option<&DeadLetters>,
+    records: Option<&Records>,
     resolver: &JobIdResolver,
     messages: &[DeadMessage],
 ) -> Result<Vec<(LetterKey, Context)>, DlqError> {

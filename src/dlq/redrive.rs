@@ -36,7 +36,8 @@ use serde::Serialize;
 
 use super::copies::{Further, Moving, judge_further, payload_hash};
 use super::peek::{Context, DeadMessage, Peek, Sweep, join_records};
-use crate::dead_letter::{DeadLetters, DlqError};
+use super::records::Records;
+use crate::dead_letter::DlqError;
 use crate::horizon::ReplayHorizon;
 use crate::job::JobIdResolver;
 use crate::producer::{Job, Producer};
@@ -438,7 +439,7 @@ struct Run {
 /// Moves dead letters from `peek`'s DLQ back to their source queues.
 pub struct Redrive<'a> {
     peek: &'a Peek,
-    records: Option<&'a DeadLetters>,
+    records: Option<&'a Records>,
     options: RedriveOptions,
     producers: tokio::sync::Mutex<HashMap<String, Producer>>,
     destinations: tokio::sync::Mutex<HashMap<String, Result<String, String>>>,
@@ -455,7 +456,7 @@ impl<'a> Redrive<'a> {
     /// Reads the DLQ's source queues once.
     pub async fn new(
         peek: &'a Peek,
-        records: Option<&'a DeadLetters>,
+        records: Option<&'a Records>,
         options: RedriveOptions,
     ) -> Result<Self, DlqError> {
         let sources = dead_letter_sources(peek.sqs(), peek.dlq_url()).await?;

@@ -14,8 +14,9 @@
 //! - `postgres` (feature `postgres`): PostgreSQL, one pipelined SQL
 //!   transaction per job (`Postgres`).
 //!
-//! The trait is sealed for now: a store must pass the same conformance
-//! tests as the built-in ones before it can promise what they promise.
+//! A store of another system implements [`Store`] (and, for the operator
+//! tools, [`FailureRecords`] and [`Provision`]) and runs the conformance
+//! suite the built-in stores run (docs/stores.md).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -38,53 +39,99 @@ pub use dynamodb::DynamoDb;
 /// A system of record that commits a job's marker with its effect,
 /// atomically.
 ///
+/// Object-safe: the batch holds its store as `Arc<dyn Store<Effect = E>>`
+/// and never names one. Every method that does I/O returns a boxed future,
+/// and the ones the batch calls for many jobs take them all at once
+/// ([`look_up`](Self::look_up), [`commit_batch`](Self::commit_batch)), so
+/// that a store can serve a whole batch in one round trip where its
+/// protocol allows.
+///
 /// Every method is safe to call concurrently, for different jobs and for
 /// the same one: two deliveries of a job may both run their handler, and
 /// exactly one commit applies its effect, the other being a
 /// [`CommitOutcome::Duplicate`] (no lease, no lock held across a handler).
-pub trait Store: sealed::Sealed + Send + Sync + 'static {
+///
+/// A store outside this crate implements it too: it promises what the
+/// built-in stores promise once it passes the conformance suite
+/// (`idemq::testing::store_suite`, feature `testing`), which they pass.
+pub trait Store: Send + Sync + 'static {
     /// What a handler returns: the writes that are its result, in this
     /// store's terms, with the follow-up jobs to send once they commit.
     type Effect: Send + Sync + 'static;
 
     /// The follow-up jobs `effect` carries ([`crate::followup`]).
-    fn follow_ups(effect: &Self::Effect) -> &[FollowUp];
+    fn follow_ups<'e>(&self, effect: &'e Self::Effect) -> &'e [FollowUp];
 
     /// The consumer's namespace for jobs received from `queue` (a name or
     /// a URL): what its markers, failure records and downstream keys are
     /// keyed by.
     fn namespace_for<'a>(&'a self, queue: &'a str) -> &'a str;
 
-    /// Whether [`look_up`](Self::look_up) reads anything for a job at this
-    /// moment; when not, the batch does not call it.
+    /// Whether [`look_up`](Self::look_up) reads anything at this moment;
+    /// when not, the batch does not call it.
     fn looks_up(&self) -> bool;
 
-    /// The job's marker, read before its handler runs: a job already
-    /// committed is settled without running the handler.
-    fn look_up(
-        &self,
-        job: JobRef<'_>,
-    ) -> impl Future<Output = Result<LookedUp, CommitError>> + Send;
+    /// The markers of `jobs`, read before their handlers run: a job
+    /// already committed is settled without running its handler. One
+    /// result per job, in the order of `jobs`; a job whose read failed is
+    /// that job's `Err`, not the others'.
+    fn look_up<'a>(
+        &'a self,
+        jobs: &'a [JobRef<'a>],
+    ) -> BoxFuture<'a, Vec<Result<LookedUp, CommitError>>>;
 
     /// Commits `effect` and the job's marker in one transaction of the
     /// store, and says what happened; for a duplicate, with the marker as
     /// stored (its follow-ups are sent again within the horizon).
-    fn commit(
-        &self,
-        job: JobRef<'_>,
-        effect: &Self::Effect,
-    ) -> impl Future<Output = Result<Settled, CommitError>> + Send;
+    fn commit<'a>(
+        &'a self,
+        job: JobRef<'a>,
+        effect: &'a Self::Effect,
+    ) -> BoxFuture<'a, Result<Settled, CommitError>>;
+
+    /// Commits many jobs, each in a transaction of its own (one job's
+    /// failure never undoes another's commit): one result per job, in
+    /// order. By default the jobs' [`commit`](Self::commit)s side by side;
+    /// a store whose protocol can carry several transactions in one round
+    /// trip overrides it.
+    fn commit_batch<'a>(
+        &'a self,
+        jobs: &'a [(JobRef<'a>, &'a Self::Effect)],
+    ) -> BoxFuture<'a, Vec<Result<Settled, CommitError>>> {
+        Box::pin(futures_util::future::join_all(
+            jobs.iter().map(|(job, effect)| self.commit(*job, effect)),
+        ))
+    }
 
     /// The marker of job `job_id` as committed from `queue`, if any.
-    fn read_marker(
-        &self,
-        queue: &str,
-        job_id: &JobId,
-    ) -> impl Future<Output = Result<Option<Marker>, CommitError>> + Send;
+    fn read_marker<'a>(
+        &'a self,
+        queue: &'a str,
+        job_id: &'a JobId,
+    ) -> BoxFuture<'a, Result<Option<Marker>, CommitError>>;
+
+    /// Stores `rec`, replacing the job's previous failure record: the
+    /// context `idemq dlq` shows for a dead letter SQS's redrive moved.
+    fn record_failure<'a>(&'a self, rec: &'a FailureRecord) -> BoxFuture<'a, Result<(), DlqError>>;
 
     /// How long this store keeps markers: a job first enqueued that long
     /// ago or more is not run ([`crate::horizon`]).
     fn marker_ttl(&self) -> Duration;
+}
+
+/// Looks up `jobs` one read each, side by side: the default shape of
+/// [`Store::look_up`] for a store whose reads do not batch.
+pub(crate) fn look_up_each<'a, F, Fut>(
+    jobs: &'a [JobRef<'a>],
+    read: F,
+) -> BoxFuture<'a, Vec<Result<LookedUp, CommitError>>>
+where
+    F: Fn(JobRef<'a>) -> Fut + Send + 'a,
+    Fut: Future<Output = Result<LookedUp, CommitError>> + Send + 'a,
+{
+    Box::pin(futures_util::future::join_all(
+        jobs.iter().map(|job| read(*job)),
+    ))
 }
 
 /// A settled commit: its outcome and, for a duplicate, the marker as
@@ -199,9 +246,4 @@ pub enum ProvisionError {
     /// The resource (name) was not ready within the wait (duration).
     #[error("{0} was not ready within {1:?}")]
     NotReady(String, Duration),
-}
-
-mod sealed {
-    /// Only idemq's own stores implement [`super::Store`].
-    pub trait Sealed {}
 }

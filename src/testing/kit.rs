@@ -14,13 +14,11 @@ use super::dynamodb::{MemoryDynamoDb, TableKey};
 use super::sqs::{MemorySqs, QueueSpec, SentMessage, VisibilityChange};
 use crate::config::BatchConfig;
 use crate::config::{IdempotencyConfig, TableLayout};
-use crate::dead_letter::DeadLetters;
 use crate::handler::Handler;
 use crate::host::{Host, HostError};
 use crate::lambda::BatchService;
-use crate::store::dynamodb::DynamoDb;
+use crate::store::Store;
 use crate::store::dynamodb::effect::{Item, Key};
-use crate::store::{FailureRecords, Store};
 
 /// How a [`TestKit`] sets up its services and runs events. Start from
 /// [`KitConfig::new`] and change the fields you need.
@@ -127,15 +125,15 @@ impl BatchRun {
 /// assert!(kit.marker("m1").is_some(), "m1 committed (its id is its MessageId)");
 /// # }
 /// ```
-pub struct TestKit<H, S = DynamoDb> {
-    service: BatchService<H, S>,
+pub struct TestKit<H: Handler> {
+    service: BatchService<H>,
     services: Services,
     sqs_client: aws_sdk_sqs::Client,
     dynamodb_client: aws_sdk_dynamodb::Client,
     config: KitConfig,
 }
 
-impl<H, S> std::fmt::Debug for TestKit<H, S> {
+impl<H: Handler> std::fmt::Debug for TestKit<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestKit")
             .field("config", &self.config)
@@ -143,7 +141,7 @@ impl<H, S> std::fmt::Debug for TestKit<H, S> {
     }
 }
 
-impl<H: Handler> TestKit<H> {
+impl<H: Handler<Effect = crate::store::dynamodb::Effect>> TestKit<H> {
     /// `handler` with the defaults of [`KitConfig::new`]`(table)`.
     pub fn new(handler: H, table: impl Into<String>) -> Self {
         Self::with_config(handler, KitConfig::new(table))
@@ -176,38 +174,33 @@ impl<H: Handler> TestKit<H> {
     }
 }
 
-impl<H: Handler<S>, S: Store> TestKit<H, S> {
+impl<H: Handler> TestKit<H> {
     /// `handler` on a store of your own (PostgreSQL, say: a real server,
-    /// since the kit serves only SQS and DynamoDB in memory), its failure
-    /// records in `records`, SQS in memory, with `config` (its layout is
-    /// not read).
+    /// since the kit serves only SQS and DynamoDB in memory), SQS in
+    /// memory, with `config` (its layout is not read).
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")]
-    /// # async fn doc(handler: impl idemq::handler::Handler<idemq::postgres::Postgres>)
+    /// # async fn doc(handler: impl idemq::handler::Handler<Effect = idemq::postgres::Effect>)
     /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
     /// use idemq::postgres::{Postgres, PostgresConfig};
     /// use idemq::testing::{KitConfig, TestKit};
     ///
     /// let store = Postgres::new(PostgresConfig::new(std::env::var("IDEMQ_POSTGRES_URL")?))?;
-    /// let records = store.failure_records();
-    /// let kit = TestKit::with_store(handler, store, records, KitConfig::new("unused"));
+    /// let kit = TestKit::with_store(handler, Arc::new(store), KitConfig::new("unused"));
     /// # Ok(()) }
     /// ```
     pub fn with_store(
         handler: H,
-        store: S,
-        records: Arc<dyn FailureRecords>,
+        store: Arc<dyn Store<Effect = H::Effect>>,
         config: KitConfig,
     ) -> Self {
         let services = Services::default();
         let (sqs_client, dynamodb_client) = clients(&services);
-        let dead_letters =
-            DeadLetters::with_records(records, sqs_client.clone(), store.marker_ttl());
         let host = Host::with_store(
             handler,
             store,
-            dead_letters,
             sqs_client.clone(),
             config.idempotency.job_id.clone(),
             config.batch,
@@ -312,7 +305,7 @@ impl<H: Handler<S>, S: Store> TestKit<H, S> {
     }
 }
 
-impl<H, S> TestKit<H, S> {
+impl<H: Handler> TestKit<H> {
     /// The in-memory SQS, with every visibility change and send so far.
     pub fn sqs(&self) -> MutexGuard<'_, MemorySqs> {
         lock(&self.services.sqs)
@@ -324,7 +317,7 @@ impl<H, S> TestKit<H, S> {
     }
 }
 
-impl<H> TestKit<H> {
+impl<H: Handler> TestKit<H> {
     /// The in-memory DynamoDB (locked while the guard lives: drop it
     /// before the next run).
     pub fn dynamodb(&self) -> MutexGuard<'_, MemoryDynamoDb> {

@@ -182,7 +182,7 @@ pub fn quick_backoff(
 
 /// Runs `handler` as the local worker on `res`'s queue (batches of 10,
 /// `concurrency` at once) until the queue has been idle for `idle_secs`.
-pub async fn work_until_idle<H: idemq::handler::Handler>(
+pub async fn work_until_idle<H: idemq::handler::Handler<Effect = idemq::Effect>>(
     handler: H,
     res: &idemq::init::InitReport,
     concurrency: usize,

@@ -13,7 +13,6 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use futures_util::future::join_all;
 use idemq::batch::Processor;
 use idemq::config::{BatchConfig, LegacyMarkers};
-use idemq::dead_letter::DeadLetters;
 use idemq::effect::{Key, Write};
 use idemq::handler::{JobMeta, handler_fn};
 use idemq::queue::QueueInfo;
@@ -131,9 +130,11 @@ async fn simulate(seed: u64, jobs: usize) -> FanOutcome {
             .expect("queue");
         let processor = Processor::new(
             handler(),
-            Committer::new(ddb.clone(), layout.clone(), ttl)
-                .with_legacy_markers(LegacyMarkers::Read),
-            DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), ttl),
+            std::sync::Arc::new(idemq::store::DynamoDb::new(
+                Committer::new(ddb.clone(), layout.clone(), ttl)
+                    .with_legacy_markers(LegacyMarkers::Read),
+                idemq::store::dynamodb::FailureTable::new(ddb.clone(), layout.clone(), ttl),
+            )),
             sqs_client.clone(),
             JobIdResolver::new(),
             BatchConfig::default(),

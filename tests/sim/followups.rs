@@ -30,7 +30,6 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
 use idemq::batch::Processor;
 use idemq::config::BatchConfig;
-use idemq::dead_letter::DeadLetters;
 use idemq::effect::{Key, Write};
 use idemq::followup::FollowUp;
 use idemq::handler::{JobMeta, handler_fn};
@@ -183,8 +182,10 @@ async fn simulate(seed: u64, parents: usize) -> FollowUpsOutcome {
         .expect("queue");
     let processor = Processor::new(
         handler_fn(|job: Value, meta: JobMeta| async move { Ok(effect(&job, &meta)) }),
-        Committer::new(ddb.clone(), layout.clone(), MARKER_TTL),
-        DeadLetters::new(ddb.clone(), sqs_client.clone(), layout.clone(), MARKER_TTL),
+        std::sync::Arc::new(idemq::store::DynamoDb::new(
+            Committer::new(ddb.clone(), layout.clone(), MARKER_TTL),
+            idemq::store::dynamodb::FailureTable::new(ddb.clone(), layout.clone(), MARKER_TTL),
+        )),
         sqs_client.clone(),
         JobIdResolver::new(),
         BatchConfig::default(),

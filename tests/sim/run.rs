@@ -9,7 +9,6 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
 use idemq::batch::Processor;
 use idemq::config::BatchConfig;
-use idemq::dead_letter::DeadLetters;
 use idemq::dlq::peek::Peek;
 use idemq::dlq::redrive::{Redrive, RedriveOptions};
 use idemq::effect::{Key, Write};
@@ -392,12 +391,13 @@ async fn simulate(config: Config) -> Outcome {
         .unwrap_or(idemq::config::DEFAULT_MARKER_TTL);
     // As `idemq dlq` opens it: records are looked for in the namespaces of
     // the DLQ's source queues.
-    let dead_letters = DeadLetters::new(
-        ddb.clone(),
-        sqs_client.clone(),
-        layout.clone(),
-        idemq::config::DEFAULT_MARKER_TTL,
-    )
+    let dead_letters = idemq::dlq::records::Records::new(std::sync::Arc::new(
+        idemq::store::dynamodb::FailureTable::new(
+            ddb.clone(),
+            layout.clone(),
+            idemq::config::DEFAULT_MARKER_TTL,
+        ),
+    ))
     .with_source_queues(&[config.source()]);
     let handler_world = Arc::clone(&world);
     let runs: Arc<Mutex<Runs>> = Arc::default();
@@ -434,10 +434,18 @@ async fn simulate(config: Config) -> Outcome {
             BatchConfig::default(),
         )
     });
+    // Failure records kept the default TTL, markers the run's.
+    let store = idemq::store::DynamoDb::new(
+        Committer::new(ddb.clone(), layout.clone(), ttl),
+        idemq::store::dynamodb::FailureTable::new(
+            ddb.clone(),
+            layout.clone(),
+            idemq::config::DEFAULT_MARKER_TTL,
+        ),
+    );
     let processor = Processor::new(
         handler(),
-        Committer::new(ddb.clone(), layout.clone(), ttl),
-        dead_letters.clone(),
+        Arc::new(store),
         sqs_client.clone(),
         resolver.clone(),
         BatchConfig::default(),
@@ -615,7 +623,7 @@ async fn simulate(config: Config) -> Outcome {
 async fn audit_fifo_dlq(
     world: &Arc<Mutex<World>>,
     sqs_client: &aws_sdk_sqs::Client,
-    dead_letters: &DeadLetters,
+    dead_letters: &idemq::dlq::records::Records,
     resolver: &JobIdResolver,
     dlq: &str,
 ) -> FifoAudit {
@@ -666,7 +674,7 @@ async fn audit_fifo_dlq(
 /// (job, died by SQS's redrive, error found).
 async fn audit_dlq(
     sqs_client: &aws_sdk_sqs::Client,
-    dead_letters: &DeadLetters,
+    dead_letters: &idemq::dlq::records::Records,
     resolver: &JobIdResolver,
     dlq: &str,
 ) -> Vec<(String, bool, bool)> {
@@ -1027,7 +1035,7 @@ async fn operate(
     sqs_client: &aws_sdk_sqs::Client,
     // What `idemq dlq` builds from the environment: the failure records'
     // reader and the consumer's job id resolver.
-    (dead_letters, resolver): (&DeadLetters, &JobIdResolver),
+    (dead_letters, resolver): (&idemq::dlq::records::Records, &JobIdResolver),
     config: &Config,
     end: Instant,
     // (redrives run, redrives stopped while still moving letters, letters

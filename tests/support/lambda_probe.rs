@@ -68,6 +68,7 @@ pub struct Probe {
 
 impl Handler for Probe {
     type Job = ProbeJob;
+    type Effect = Effect;
 
     async fn handle(&self, job: ProbeJob, _meta: JobMeta) -> Result<Effect, JobError> {
         match job.action {

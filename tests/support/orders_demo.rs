@@ -17,11 +17,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use idemq::Producer;
-use idemq::dead_letter::{ATTR_ERROR, DeadLetters};
+use idemq::dead_letter::ATTR_ERROR;
 use idemq::failure::{FailureKind, FailureRecord};
 use idemq::postgres::{Postgres, PostgresConfig};
 use idemq::producer::Job;
-use idemq::store::Store;
 use serde::{Deserialize, Serialize};
 
 type Error = Box<dyn std::error::Error>;
@@ -312,8 +311,8 @@ async fn check(
     // ---- The DLQ, and each letter's failure record in PostgreSQL ----
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let letters = peek_dlq(&sqs, dlq_url).await?;
-    let dead_letters = DeadLetters::with_records(store.failure_records(), sqs, store.marker_ttl())
-        .with_source_queues(&[queue_url]);
+    let dead_letters =
+        idemq::dlq::records::Records::new(store.failure_records()).with_source_queues(&[queue_url]);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let (mut outage, mut malformed, mut unrecorded) = (0, 0, 0);
     for (job, message, at_once) in &letters {

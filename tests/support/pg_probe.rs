@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::host::HostError;
-use idemq::postgres::{Effect, Postgres, Sql};
+use idemq::postgres::{Effect, Sql};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -53,8 +53,9 @@ impl PgProbe {
     }
 }
 
-impl Handler<Postgres> for PgProbe {
+impl Handler for PgProbe {
     type Job = ProbeJob;
+    type Effect = Effect;
 
     async fn handle(&self, job: ProbeJob, _meta: JobMeta) -> Result<Effect, JobError> {
         if let Action::Sleep = job.action {
@@ -111,5 +112,5 @@ async fn main() -> Result<(), HostError> {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
         create_table(&schema).await?;
     }
-    idemq::postgres::run(PgProbe::new(&schema)).await
+    idemq::run(PgProbe::new(&schema)).await
 }

@@ -12,21 +12,22 @@
 //! - `pool.rs`, `tls.rs`, `iam.rs`: connections of an execution
 //!   environment, TLS with rustls, IAM database authentication.
 //!
-//! A handler for this store implements `Handler<Postgres>` and returns an
-//! [`Effect`]; [`run`] hosts it on Lambda or as a local worker, as
-//! [`crate::run`] does a DynamoDB handler:
+//! A handler for this store returns an [`Effect`] (`type Effect =
+//! idemq::postgres::Effect`), and [`crate::run`] hosts it on Lambda or as
+//! a local worker, as it does a DynamoDB handler:
 //!
 //! ```no_run
 //! use idemq::handler::{Handler, JobError, JobMeta};
-//! use idemq::postgres::{Effect, Postgres, Sql};
+//! use idemq::postgres::{Effect, Sql};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Paid { order_id: String, cents: i64 }
 //!
 //! struct Orders;
 //!
-//! impl Handler<Postgres> for Orders {
+//! impl Handler for Orders {
 //!     type Job = Paid;
+//!     type Effect = Effect;
 //!
 //!     async fn handle(&self, job: Paid, _meta: JobMeta) -> Result<Effect, JobError> {
 //!         Ok(Effect::new()
@@ -46,8 +47,8 @@
 //! }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), idemq::host::HostError> {
-//!     idemq::postgres::run(Orders).await
+//! async fn main() -> Result<(), idemq::HostError> {
+//!     idemq::run(Orders).await
 //! }
 //! ```
 //!
@@ -73,7 +74,7 @@ use crate::config::{ConfigError, parse_bool};
 use crate::failure::{DlqError, FailureRecord, LetterKey};
 use crate::followup::FollowUp;
 use crate::job::JobId;
-use crate::store::{FailureRecords, LookedUp, Settled, Store, sealed};
+use crate::store::{FailureRecords, LookedUp, Settled, Store, look_up_each};
 
 mod commit;
 mod effect;
@@ -82,14 +83,10 @@ mod outbox;
 mod pool;
 mod provision;
 mod records;
-mod run;
 mod tls;
 
 pub use effect::{Effect, EffectError, Sql, SqlParam};
 pub use provision::Schema;
-#[cfg(any(feature = "lambda", feature = "worker"))]
-pub use run::run;
-pub use run::with_clients;
 pub use tokio_postgres::types::Type;
 
 /// PostgreSQL as a [`Store`]: markers, effects and follow-ups committed in
@@ -421,12 +418,10 @@ impl Postgres {
     }
 }
 
-impl sealed::Sealed for Postgres {}
-
 impl Store for Postgres {
     type Effect = Effect;
 
-    fn follow_ups(effect: &Effect) -> &[FollowUp] {
+    fn follow_ups<'e>(&self, effect: &'e Effect) -> &'e [FollowUp] {
         effect.follow_ups()
     }
 
@@ -438,26 +433,43 @@ impl Store for Postgres {
         self.inner.look_up
     }
 
-    async fn look_up(&self, job: JobRef<'_>) -> Result<LookedUp, CommitError> {
-        self.inner.look_up(job).await
+    fn look_up<'a>(
+        &'a self,
+        jobs: &'a [JobRef<'a>],
+    ) -> BoxFuture<'a, Vec<Result<LookedUp, CommitError>>> {
+        look_up_each(jobs, |job| self.inner.look_up(job))
     }
 
-    async fn commit(&self, job: JobRef<'_>, effect: &Effect) -> Result<Settled, CommitError> {
-        let settled = self.inner.settle(job, effect).await;
-        if self.inner.sweep_due() {
-            // In the background, on a connection of its own: no job waits.
-            let inner = Arc::clone(&self.inner);
-            tokio::spawn(async move { inner.sweep().await });
-        }
-        settled
+    fn commit<'a>(
+        &'a self,
+        job: JobRef<'a>,
+        effect: &'a Effect,
+    ) -> BoxFuture<'a, Result<Settled, CommitError>> {
+        Box::pin(async move {
+            let settled = self.inner.settle(job, effect).await;
+            if self.inner.sweep_due() {
+                // In the background, on a connection of its own: no job waits.
+                let inner = Arc::clone(&self.inner);
+                tokio::spawn(async move { inner.sweep().await });
+            }
+            settled
+        })
     }
 
-    async fn read_marker(
-        &self,
-        queue: &str,
-        job_id: &JobId,
-    ) -> Result<Option<Marker>, CommitError> {
-        self.inner.read_marker(queue, job_id).await
+    fn read_marker<'a>(
+        &'a self,
+        queue: &'a str,
+        job_id: &'a JobId,
+    ) -> BoxFuture<'a, Result<Option<Marker>, CommitError>> {
+        Box::pin(self.inner.read_marker(queue, job_id))
+    }
+
+    fn record_failure<'a>(&'a self, rec: &'a FailureRecord) -> BoxFuture<'a, Result<(), DlqError>> {
+        Box::pin(async move {
+            records::Records::new(Arc::clone(&self.inner))
+                .put(rec)
+                .await
+        })
     }
 
     fn marker_ttl(&self) -> Duration {

@@ -23,6 +23,7 @@ struct Orders {
 
 impl Handler for Orders {
     type Job = Import;
+    type Effect = Effect;
 
     async fn handle(&self, job: Import, _meta: JobMeta) -> Result<Effect, JobError> {
         // `?` on serde_json::Error and std::io::Error: transient, retried

@@ -30,6 +30,7 @@ struct Orders {
 
 impl Handler for Orders {
     type Job = Order;
+    type Effect = Effect;
 
     async fn handle(&self, order: Order, _meta: JobMeta) -> Result<Effect, JobError> {
         if order.amount_cents <= 0 {

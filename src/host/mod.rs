@@ -1,30 +1,59 @@
 //! What both hosts (Lambda and the local worker) build once at cold start:
 //! SDK clients, the store, the batch processor, from `IDEMQ_*`.
+//!
+//! The store comes from the handler's effect type ([`OpenStore`]): one file
+//! per store opens it from the environment (`dynamodb.rs`, `postgres.rs`),
+//! and nothing else here knows a store.
+
+use std::sync::Arc;
 
 use crate::batch::Processor;
-use crate::config::{BatchConfig, IdempotencyConfig, TableLayout};
-use crate::dead_letter::DeadLetters;
+use crate::config::{BatchConfig, IdempotencyConfig};
 use crate::handler::Handler;
+use crate::job::JobIdResolver;
 use crate::queue::QueueInfo;
 use crate::store::Store;
-use crate::store::dynamodb::{Committer, DynamoDb};
+
+mod dynamodb;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 /// Any error that stops a host from starting or running.
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// A handler's effect type whose store a host can open from the
+/// environment: `idemq::Effect` opens DynamoDB (`IDEMQ_TABLE`, …),
+/// `idemq::postgres::Effect` PostgreSQL (`IDEMQ_POSTGRES_URL`, …). It is
+/// what lets [`run`](crate::run), [`Host::build`] and the Lambda and worker
+/// hosts serve a handler of either store.
+pub trait OpenStore: Send + Sync + Sized + 'static {
+    /// The store for this effect type, from the environment and `sdk`;
+    /// `table` is the worker's `--table` (`None` on Lambda), for a store
+    /// that has tables.
+    fn open_store(
+        sdk: &aws_config::SdkConfig,
+        table: Option<String>,
+        behaviour: &IdempotencyConfig,
+        batch: &BatchConfig,
+    ) -> Result<Arc<dyn Store<Effect = Self>>, HostError>;
+}
+
 /// What a host builds once per process: the SQS client and the batch
-/// [`Processor`] (handler, store, dead-letter writer, settings).
+/// [`Processor`] (handler, store, settings).
 ///
 /// `lambda::BatchService::from_host` (feature `lambda`) and
 /// `worker::serve` (feature `worker`) run batches through it; build one
-/// yourself with [`Host::from_clients`] to bring SDK clients of your own,
-/// or with [`Host::with_store`] for a store built elsewhere.
-pub struct Host<H, S = DynamoDb> {
+/// with [`Host::build`] from the environment, or with [`Host::with_store`]
+/// for a store built elsewhere.
+pub struct Host<H: Handler> {
     pub(crate) sqs: aws_sdk_sqs::Client,
-    pub(crate) processor: Processor<H, S>,
+    pub(crate) processor: Processor<H>,
 }
 
-impl<H: Handler> Host<H> {
+impl<H: Handler> Host<H>
+where
+    H::Effect: OpenStore,
+{
     /// Reads the configuration; `table` overrides `IDEMQ_TABLE`.
     pub async fn build(
         handler: H,
@@ -35,8 +64,7 @@ impl<H: Handler> Host<H> {
         Self::from_sdk_config(handler, &sdk, table, batch)
     }
 
-    /// Clients from `sdk_config`, settings from `IDEMQ_*`; `table`
-    /// overrides `IDEMQ_TABLE`.
+    /// [`Host::build`] with an SDK configuration of the caller's.
     pub fn from_sdk_config(
         handler: H,
         sdk_config: &aws_config::SdkConfig,
@@ -44,59 +72,34 @@ impl<H: Handler> Host<H> {
         batch: BatchConfig,
     ) -> Result<Self, HostError> {
         let behaviour = IdempotencyConfig::from_env()?;
-        let layout = TableLayout::from_env_with_table(table)?;
+        let store = H::Effect::open_store(sdk_config, table, &behaviour, &batch)?;
         let sqs = aws_sdk_sqs::Client::new(sdk_config);
-        let ddb = aws_sdk_dynamodb::Client::new(sdk_config);
-        Ok(Self::from_clients(
-            handler, sqs, ddb, layout, behaviour, batch,
-        ))
-    }
-
-    /// A host over clients built elsewhere (with interceptors, say).
-    pub fn from_clients(
-        handler: H,
-        sqs: aws_sdk_sqs::Client,
-        ddb: aws_sdk_dynamodb::Client,
-        layout: TableLayout,
-        behaviour: IdempotencyConfig,
-        batch: BatchConfig,
-    ) -> Self {
-        let committer = Committer::new(ddb.clone(), layout.clone(), behaviour.marker_ttl)
-            .with_legacy_markers(behaviour.legacy_markers)
-            .with_marker_first(behaviour.read_marker_first);
-        let dead_letters = DeadLetters::new(ddb, sqs.clone(), layout, behaviour.marker_ttl);
-        Self::with_store(
+        Ok(Self::with_store(
             handler,
-            DynamoDb::new(committer),
-            dead_letters,
+            store,
             sqs,
             behaviour.job_id,
             batch,
-        )
+        ))
     }
 }
 
-impl<H: Handler<S>, S: Store> Host<H, S> {
-    /// A host whose handler's effects `store` commits, with failure
-    /// records and dead letters through `dead_letters`, SQS calls through
-    /// `sqs`, job ids found by `resolver`. Jobs are weighed against the
-    /// store's marker TTL, which must also outlive the queues' copies
-    /// ([`Host::discover`]).
+impl<H: Handler> Host<H> {
+    /// A host for `handler` over `store`, sending with `sqs` and finding
+    /// job ids with `resolver`.
     pub fn with_store(
         handler: H,
-        store: S,
-        dead_letters: DeadLetters,
+        store: Arc<dyn Store<Effect = H::Effect>>,
         sqs: aws_sdk_sqs::Client,
-        resolver: crate::job::JobIdResolver,
+        resolver: JobIdResolver,
         batch: BatchConfig,
     ) -> Self {
-        let processor =
-            Processor::with_store(handler, store, dead_letters, sqs.clone(), resolver, batch);
+        let processor = Processor::new(handler, store, sqs.clone(), resolver, batch);
         Self { sqs, processor }
     }
 
     /// The batch processor: runs one batch to its report.
-    pub fn processor(&self) -> &Processor<H, S> {
+    pub fn processor(&self) -> &Processor<H> {
         &self.processor
     }
 
