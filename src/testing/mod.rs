@@ -55,6 +55,7 @@ mod expressions;
 mod kit;
 mod number;
 mod sqs;
+pub mod store_suite;
 mod view;
 
 use std::time::Duration;

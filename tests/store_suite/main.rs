@@ -2,10 +2,13 @@
 //! stack (moto) and PostgreSQL on the local stack's real server
 //! (`make test` starts both).
 //!
-//! - `cases.rs`: the cases, written once: every commit outcome, the
-//!   look-up, 8 tasks racing over the same 200 jobs, follow-ups, failure
-//!   records, namespaces;
-//! - `subject.rs`: each store behind the same few effects;
+//! - the cases are the crate's public conformance suite
+//!   (`idemq::testing::store_suite`), which any store's tests call: every
+//!   commit outcome, the look-up, a batch's look-ups and commits, 8 tasks
+//!   racing over the same 200 jobs, follow-ups, failure records,
+//!   namespaces;
+//! - `subject.rs`: each store behind the suite's `Subject`, the same few
+//!   effects;
 //! - `postgres.rs`: what only PostgreSQL has (SQLSTATE mapping, a
 //!   connection cut after `COMMIT` was sent, nothing on the wire that pins
 //!   a session behind RDS Proxy, the schema's versions, expired rows);
@@ -17,47 +20,26 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod cases;
 mod postgres;
 mod subject;
 mod tls;
 mod worker;
 
-/// The suite's cases for one store.
-macro_rules! suite {
-    ($store:ident, $subject:expr) => {
-        mod $store {
-            use super::cases;
+use idemq::testing::store_suite;
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn every_outcome() {
-                cases::every_outcome($subject.await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn races() {
-                cases::races($subject.await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn follow_ups() {
-                cases::follow_ups($subject.await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn failure_records() {
-                cases::failure_records($subject.await).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn namespaces() {
-                cases::namespaces($subject.await).await;
-            }
-        }
-    };
+// Each runs the public conformance suite, its cases side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb() {
+    store_suite::exercise(subject::Dynamo::new).await;
 }
 
-suite!(dynamodb, crate::subject::Dynamo::new());
-suite!(postgresql, crate::subject::Pg::new());
-// The same store with each statement prepared once per connection.
-suite!(postgresql_prepared, crate::subject::Pg::prepared());
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql() {
+    store_suite::exercise(subject::Pg::new).await;
+}
+
+/// The same store with each statement prepared once per connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_prepared() {
+    store_suite::exercise(subject::Pg::prepared).await;
+}

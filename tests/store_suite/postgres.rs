@@ -12,8 +12,7 @@ use idemq::{CommitError, CommitOutcome, JobId, JobRef, PayloadHash};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::cases::commit;
-use crate::subject::{Pg, Subject, TTL, commit_on, conninfo_via, postgres_url, upstream};
+use crate::subject::{Pg, Subject, TTL, commit, commit_on, conninfo_via, postgres_url, upstream};
 
 /// An effect that raises `sqlstate` from the server.
 fn raising(sqlstate: &str) -> Effect {
@@ -374,7 +373,11 @@ async fn nothing_the_store_sends_pins_a_session() {
         queue: "orders",
     };
     assert!(matches!(
-        store.look_up(job).await.unwrap(),
+        store
+            .look_up(std::slice::from_ref(&job))
+            .await
+            .remove(0)
+            .unwrap(),
         idemq::store::LookedUp::Absent
     ));
     assert_eq!(

@@ -2,7 +2,6 @@
 //! only the marker keeps from counting a job twice, a write whose own
 //! condition refuses it, and a write that loses an optimistic race.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,35 +9,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::followup::FollowUp;
 use idemq::postgres::{Postgres, PostgresConfig, Sql};
 use idemq::store::{DynamoDb, FailureRecords, Provision, Store};
+pub use idemq::testing::store_suite::{Subject, SubjectEffect};
 use idemq::{Committer, Effect, Key, TableLayout, Write};
 
 use crate::common::{number, sdk, unique};
 
 pub const TTL: Duration = Duration::from_secs(21 * 24 * 3600);
 
-pub type Eff<T> = <<T as Subject>::S as Store>::Effect;
-
-/// A store, fresh for one test, and the effects the cases commit.
-pub trait Subject: Send + Sync + Sized + 'static {
-    type S: Store + Clone;
-
-    /// A second consumer over the same tables, with `namespace`.
-    fn with_namespace(&self, namespace: &str) -> impl Future<Output = Self> + Send;
-    fn store(&self) -> &Self::S;
-    fn records(&self) -> Arc<dyn FailureRecords>;
-    /// Adds 1 to counter `name` (not idempotent: only the marker keeps a
-    /// second delivery from adding again).
-    fn add_one(&self, name: &str) -> Eff<Self>;
-    /// Adds 1 to counter `name` unless it is under 1000: refused by the
-    /// effect's own condition (the handler's business outcome).
-    fn refused(&self, name: &str) -> Eff<Self>;
-    /// Sets counter `name` if it is still at version 999: a lost
-    /// optimistic race.
-    fn stale(&self, name: &str) -> Eff<Self>;
-    fn then_send(&self, effect: Eff<Self>, job: FollowUp) -> Eff<Self>;
-    /// Counter `name`'s value (0 when absent).
-    fn counter(&self, name: &str) -> impl Future<Output = i64> + Send;
-}
+pub type Eff<T> = SubjectEffect<T>;
 
 /// DynamoDB on the local stack (moto), one fresh table per subject.
 pub struct Dynamo {
@@ -56,8 +34,9 @@ impl Dynamo {
 
     fn over(ddb: aws_sdk_dynamodb::Client, layout: TableLayout) -> Self {
         let committer = Committer::new(ddb.clone(), layout.clone(), TTL).with_marker_first(true);
+        let records = idemq::store::dynamodb::FailureTable::new(ddb.clone(), layout.clone(), TTL);
         Self {
-            store: DynamoDb::new(committer),
+            store: DynamoDb::new(committer, records),
             ddb,
             layout,
         }
@@ -69,7 +48,7 @@ impl Dynamo {
 }
 
 impl Subject for Dynamo {
-    type S = DynamoDb;
+    type Store = DynamoDb;
 
     async fn with_namespace(&self, namespace: &str) -> Self {
         let layout = self.layout.clone().with_namespace(namespace).unwrap();
@@ -263,7 +242,7 @@ impl Pg {
 }
 
 impl Subject for Pg {
-    type S = Postgres;
+    type Store = Postgres;
 
     async fn with_namespace(&self, namespace: &str) -> Self {
         Self {
@@ -330,4 +309,22 @@ impl Subject for Pg {
             .unwrap()
             .map_or(0, |r| r.get(0))
     }
+}
+
+/// Commits `effect` for job `id` with payload `body` from `queue`.
+pub async fn commit<T: Subject>(
+    t: &T,
+    queue: &str,
+    id: &str,
+    body: &str,
+    effect: &Eff<T>,
+) -> idemq::store::Settled {
+    let job = idemq::JobId::new(id).unwrap();
+    let hash = idemq::PayloadHash::of(body.as_bytes());
+    let job = idemq::JobRef {
+        id: &job,
+        payload_hash: &hash,
+        queue,
+    };
+    t.store().commit(job, effect).await.expect("commit")
 }

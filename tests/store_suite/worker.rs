@@ -7,12 +7,10 @@
 use std::time::Duration;
 
 use idemq::config::BatchConfig;
-use idemq::dead_letter::DeadLetters;
 use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::host::Host;
 use idemq::job::JobIdResolver;
 use idemq::postgres::{Effect, Postgres, PostgresConfig, Sql};
-use idemq::store::Store;
 
 use crate::common::{sdk, unique};
 use crate::subject::{Pg, Subject, TTL, postgres_url};
@@ -26,8 +24,9 @@ struct Counter {
     schema: String,
 }
 
-impl Handler<Postgres> for Counter {
+impl Handler for Counter {
     type Job = Count;
+    type Effect = Effect;
 
     async fn handle(&self, job: Count, _meta: JobMeta) -> Result<Effect, JobError> {
         if job.name == "poison" {
@@ -101,14 +100,11 @@ async fn init_worker_and_dlq_on_postgres() {
             .with_pool_size(4),
     )
     .unwrap();
-    let dead_letters =
-        DeadLetters::with_records(store.failure_records(), sqs.clone(), store.marker_ttl());
     let host = Host::with_store(
         Counter {
             schema: t.schema().to_owned(),
         },
-        store,
-        dead_letters,
+        std::sync::Arc::new(store),
         sqs.clone(),
         JobIdResolver::new(),
         BatchConfig::default().with_concurrency(4),
@@ -166,13 +162,11 @@ async fn the_test_kit_runs_a_postgres_handler() {
 
     let t = Pg::new().await;
     let store = t.store().clone();
-    let records = store.failure_records();
     let kit = TestKit::with_store(
         Counter {
             schema: t.schema().to_owned(),
         },
-        store,
-        records,
+        std::sync::Arc::new(store),
         KitConfig::new("unused"),
     );
     let event = sqs_event(

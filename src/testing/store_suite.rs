@@ -1,42 +1,155 @@
-//! The cases, written once for any [`Subject`].
+//! The store conformance suite: what every [`Store`] promises, checked
+//! against a live instance of it (feature `testing`).
+//!
+//! A store's tests implement [`Subject`] (a fresh store, and three effects
+//! in that store's terms) and call [`exercise`], which runs every case, or
+//! one case each from tests of their own. The built-in stores run it on
+//! the local stack (DynamoDB on moto, PostgreSQL on a real server), and a
+//! store of another system that passes it keeps the promises the batch
+//! relies on (docs/stores.md):
+//!
+//! - [`every_outcome`]: committed, duplicate, conflict, rejected,
+//!   contended; the look-up before the handler; the marker read back;
+//! - [`batches`]: a batch's look-up answers each job in order, and a
+//!   batch's commits are each their own transaction, the same job twice in
+//!   one batch applying once;
+//! - [`races`]: 8 tasks commit the same 200 jobs at once, each applied
+//!   once;
+//! - [`follow_ups`]: follow-ups stored with the marker and returned with a
+//!   duplicate;
+//! - [`failure_records`]: written through the store, read back through
+//!   [`FailureRecords`], one per job, under the consumer's namespace;
+//! - [`namespaces`]: one consumer per queue, or one namespace over many.
+//!
+//! The cases panic (they are assertions) and need a Tokio runtime with
+//! timers, as `#[tokio::test(flavor = "multi_thread")]` gives.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use idemq::failure::{Failure, FailureKind, FailureRecord};
-use idemq::followup::FollowUp;
-use idemq::store::{LookedUp, Settled, Store};
-use idemq::{CommitOutcome, JobId, JobRef, PayloadHash};
+use crate::commit::{CommitOutcome, JobRef};
+use crate::failure::{Failure, FailureKind, FailureRecord};
+use crate::followup::FollowUp;
+use crate::job::{JobId, PayloadHash};
+use crate::store::{FailureRecords, LookedUp, Settled, Store};
 
-use crate::subject::{Eff, Subject, TTL};
+/// The effect type of a subject's store.
+pub type SubjectEffect<T> = <<T as Subject>::Store as Store>::Effect;
+
+/// A store under test, fresh for one case (its own table, schema or
+/// prefix, so that cases can run side by side), and the effects the cases
+/// commit, built in that store's terms.
+pub trait Subject: Send + Sync + Sized + 'static {
+    /// The store.
+    type Store: Store;
+
+    /// A second consumer over the same tables, whose layout names
+    /// `namespace` (so that markers are keyed by it, not by the queue).
+    fn with_namespace(&self, namespace: &str) -> impl Future<Output = Self> + Send;
+    /// The store under test.
+    fn store(&self) -> &Self::Store;
+    /// The same store's failure records, as the operator tools read them.
+    fn records(&self) -> Arc<dyn FailureRecords>;
+    /// Adds 1 to counter `name`. Not idempotent: only the marker keeps a
+    /// second delivery from adding again.
+    fn add_one(&self, name: &str) -> SubjectEffect<Self>;
+    /// Adds 1 to counter `name` only if it is at 1000 or more: refused by
+    /// the effect's own condition (a handler's business outcome,
+    /// [`CommitOutcome::Rejected`]).
+    fn refused(&self, name: &str) -> SubjectEffect<Self>;
+    /// Sets counter `name` only if it is still at version 999, with that
+    /// write marked optimistic: a lost race ([`CommitOutcome::Contended`]).
+    fn stale(&self, name: &str) -> SubjectEffect<Self>;
+    /// `effect`, also sending `job` once it commits.
+    fn then_send(&self, effect: SubjectEffect<Self>, job: FollowUp) -> SubjectEffect<Self>;
+    /// Counter `name`'s value (0 when absent).
+    fn counter(&self, name: &str) -> impl Future<Output = i64> + Send;
+}
+
+/// Runs every case, each on a fresh subject from `new`, side by side, and
+/// panics naming each case that failed. A store's test calls it from a
+/// multi-threaded Tokio test:
+/// `#[tokio::test(flavor = "multi_thread")] async fn contract() {
+/// store_suite::exercise(MySubject::new).await }`.
+pub async fn exercise<T, F, Fut>(new: F)
+where
+    T: Subject,
+    F: Fn() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let mut cases = Vec::new();
+    macro_rules! spawn {
+        ($($case:ident),*) => {$(
+            let subject = new().await;
+            cases.push((stringify!($case), tokio::spawn($case(subject))));
+        )*};
+    }
+    spawn!(
+        every_outcome,
+        batches,
+        races,
+        follow_ups,
+        failure_records,
+        namespaces
+    );
+    let mut failed = Vec::new();
+    for (name, case) in cases {
+        if let Err(e) = case.await {
+            failed.push(format!("{name}: {}", panic_message(e)));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "the store fails {} of the suite's cases:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+fn panic_message(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "panicked".to_owned()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn job_ref<'a>(id: &'a JobId, hash: &'a PayloadHash, queue: &'a str) -> JobRef<'a> {
+    JobRef {
+        id,
+        payload_hash: hash,
+        queue,
+    }
+}
 
 /// Commits `effect` for job `id` with payload `body` from `queue`.
-pub async fn commit<T: Subject>(
+async fn commit<T: Subject>(
     t: &T,
     queue: &str,
     id: &str,
     body: &str,
-    effect: &Eff<T>,
+    effect: &SubjectEffect<T>,
 ) -> Settled {
     let job = JobId::new(id).unwrap();
     let hash = PayloadHash::of(body.as_bytes());
-    let job = JobRef {
-        id: &job,
-        payload_hash: &hash,
-        queue,
-    };
-    t.store().commit(job, effect).await.expect("commit")
+    t.store()
+        .commit(job_ref(&job, &hash, queue), effect)
+        .await
+        .expect("commit")
 }
 
 async fn look_up<T: Subject>(t: &T, id: &str, body: &str) -> LookedUp {
     let job = JobId::new(id).unwrap();
     let hash = PayloadHash::of(body.as_bytes());
-    let job = JobRef {
-        id: &job,
-        payload_hash: &hash,
-        queue: "orders",
-    };
-    t.store().look_up(job).await.expect("look up")
+    t.store()
+        .look_up(&[job_ref(&job, &hash, "orders")])
+        .await
+        .remove(0)
+        .expect("look up")
 }
 
 /// Committed, duplicate, conflict, rejected and contended; the look-up
@@ -89,7 +202,11 @@ pub async fn every_outcome<T: Subject>(t: T) {
         .unwrap_or_default();
     assert!(age < Duration::from_secs(120), "committed {age:?} ago");
     let lives = marker.expires_at.duration_since(committed_at).unwrap();
-    assert!(lives.abs_diff(TTL) < Duration::from_secs(2), "{lives:?}");
+    let ttl = t.store().marker_ttl();
+    assert!(
+        lives.abs_diff(ttl) < Duration::from_secs(2),
+        "{lives:?} against {ttl:?}"
+    );
 
     let refused = commit(&t, "orders", "b", "{}", &t.refused("b")).await;
     assert!(
@@ -114,6 +231,117 @@ pub async fn every_outcome<T: Subject>(t: T) {
     let later = commit(&t, "orders", "b", "{}", &t.add_one("b")).await;
     assert_eq!(later.outcome, CommitOutcome::Committed);
     assert_eq!(t.counter("b").await, 1);
+}
+
+/// A batch's look-up answers each job, in order; a batch's commits are
+/// each their own transaction, and the same job twice in one batch (SQS
+/// may deliver a message twice in one batch) applies once.
+pub async fn batches<T: Subject>(t: T) {
+    let first = commit(&t, "orders", "k1", "{}", &t.add_one("k1")).await;
+    assert_eq!(first.outcome, CommitOutcome::Committed);
+
+    let ids: Vec<JobId> = ["k1", "k1", "k2", "k3"]
+        .into_iter()
+        .map(|id| JobId::new(id).unwrap())
+        .collect();
+    let hashes = [
+        PayloadHash::of(b"{}"),
+        PayloadHash::of(b"{\"other\":1}"),
+        PayloadHash::of(b"{}"),
+        PayloadHash::of(b"{}"),
+    ];
+    let jobs: Vec<JobRef<'_>> = ids
+        .iter()
+        .zip(&hashes)
+        .map(|(id, hash)| job_ref(id, hash, "orders"))
+        .collect();
+    let found = t.store().look_up(&jobs).await;
+    assert_eq!(found.len(), jobs.len(), "one answer per job: {found:?}");
+    let found: Vec<LookedUp> = found.into_iter().map(|r| r.expect("look up")).collect();
+    assert!(
+        matches!(&found[0], LookedUp::Settled(s) if s.outcome == CommitOutcome::Duplicate),
+        "{:?}",
+        found[0]
+    );
+    assert!(
+        matches!(&found[1], LookedUp::Settled(s) if matches!(s.outcome, CommitOutcome::Conflict { .. })),
+        "{:?}",
+        found[1]
+    );
+    assert_eq!(found[2..], [LookedUp::Absent, LookedUp::Absent]);
+    assert!(t.store().look_up(&[]).await.is_empty());
+
+    // k2 and k3 new, k1 a duplicate, k4 twice and k5 refused: each job
+    // settles on its own, in order.
+    let ids: Vec<JobId> = ["k2", "k1", "k3", "k4", "k4", "k5"]
+        .into_iter()
+        .map(|id| JobId::new(id).unwrap())
+        .collect();
+    let hash = PayloadHash::of(b"{}");
+    let effects: Vec<SubjectEffect<T>> = ids
+        .iter()
+        .map(|id| {
+            if id.as_str() == "k5" {
+                t.refused("k5")
+            } else {
+                t.add_one(id.as_str())
+            }
+        })
+        .collect();
+    let jobs: Vec<(JobRef<'_>, &SubjectEffect<T>)> = ids
+        .iter()
+        .zip(&effects)
+        .map(|(id, effect)| (job_ref(id, &hash, "orders"), effect))
+        .collect();
+    let settled: Vec<Settled> = t
+        .store()
+        .commit_batch(&jobs)
+        .await
+        .into_iter()
+        .map(|r| r.expect("commit"))
+        .collect();
+    assert_eq!(settled.len(), jobs.len(), "one result per job: {settled:?}");
+    assert_eq!(settled[0].outcome, CommitOutcome::Committed);
+    assert_eq!(settled[1].outcome, CommitOutcome::Duplicate);
+    assert_eq!(settled[2].outcome, CommitOutcome::Committed);
+    let twice = [&settled[3].outcome, &settled[4].outcome];
+    let committed = twice
+        .iter()
+        .filter(|o| ***o == CommitOutcome::Committed)
+        .count();
+    assert!(committed <= 1, "one job committed twice: {twice:?}");
+    assert!(
+        twice.iter().all(|o| matches!(
+            o,
+            CommitOutcome::Committed
+                | CommitOutcome::Duplicate
+                | CommitOutcome::Collided { .. }
+                | CommitOutcome::Contended { .. }
+                | CommitOutcome::Transient { .. }
+        )),
+        "the same job twice in a batch: {twice:?}"
+    );
+    assert!(
+        matches!(settled[5].outcome, CommitOutcome::Rejected { index: 0, .. }),
+        "{:?}",
+        settled[5]
+    );
+    for (id, n) in [
+        ("k1", 1),
+        ("k2", 1),
+        ("k3", 1),
+        ("k4", committed as i64),
+        ("k5", 0),
+    ] {
+        assert_eq!(t.counter(id).await, n, "job {id}");
+    }
+    // A lost race of k4 is run again, as the batch does, and applies once.
+    if committed == 0 {
+        let again = commit(&t, "orders", "k4", "{}", &t.add_one("k4")).await;
+        assert_eq!(again.outcome, CommitOutcome::Committed);
+    }
+    assert_eq!(t.counter("k4").await, 1);
+    assert!(t.store().commit_batch(&[]).await.is_empty());
 }
 
 /// 8 tasks commit the same 200 jobs at once, each adding 1 to the job's
@@ -168,7 +396,7 @@ pub async fn follow_ups<T: Subject>(t: T) {
     let url = "https://sqs.us-east-1.amazonaws.com/000000000000/next";
     let child = FollowUp::new(url, "child-1", &serde_json::json!({"n": 1})).unwrap();
     let effect = t.then_send(t.add_one("p"), child.clone());
-    assert_eq!(T::S::follow_ups(&effect), std::slice::from_ref(&child));
+    assert_eq!(t.store().follow_ups(&effect), std::slice::from_ref(&child));
     let first = commit(&t, "orders", "p", "{}", &effect).await;
     assert_eq!(first.outcome, CommitOutcome::Committed);
     let again = commit(&t, "orders", "p", "{}", &t.add_one("p")).await;
@@ -211,8 +439,10 @@ pub async fn failure_records<T: Subject>(t: T) {
         .unwrap();
     let latest = record("orders", Some("f1"), "m1b", 2);
     records.record_failure(&latest).await.unwrap();
+    // The batch writes records through the store, the tools read them
+    // through `FailureRecords`: both are the same records.
     let anonymous = record("orders", None, "m2", 1);
-    records.record_failure(&anonymous).await.unwrap();
+    t.store().record_failure(&anonymous).await.unwrap();
 
     let got = records
         .read_failure(&sources, Some("f1"), "m1b")
