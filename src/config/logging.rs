@@ -1,0 +1,653 @@
+//! Which logs are on and how they look: `IDEMQ_LOG`, `RUST_LOG` and
+//! Lambda's log level and format, in that order.
+
+use super::ConfigError;
+
+/// The log filter for an `IDEMQ_LOG` value (`None`: unset). `IDEMQ_LOG`
+/// comes first of the variables that set the levels: see
+/// [`log_filter_from`].
+///
+/// `IDEMQ_LOG` is what an operator raises in an incident, so a plain level
+/// raises **idemq's own targets only** (the `idemq` crate and the `idemq`
+/// CLI): `IDEMQ_LOG=trace` gives `idemq=trace` while every other crate stays
+/// at `default`. Dependencies are never made louder by a plain level: the
+/// AWS SDK's and `lambda_runtime`'s trace logs print whole ReceiveMessage
+/// responses and invocation events, message bodies included. A plain level
+/// quieter than `default` (`IDEMQ_LOG=warn`) quiets everything.
+///
+/// Any other directive is a `target=level` directive, honoured as written,
+/// so a dependency or your handler's own crate is raised by naming it:
+/// `IDEMQ_LOG=trace,aws_smithy_runtime=trace` or `IDEMQ_LOG=debug,my_handler=debug`
+/// (a handler binary's events have its crate's name as target, not `idemq`).
+/// The longest matching target wins; a bare target (`my_handler`) means all
+/// its levels. Naming a dependency can put payload bytes in the logs: do it
+/// only where that is acceptable. The filter is a
+/// [`Targets`](tracing_subscriber::filter::Targets) (no regex engine), so
+/// `RUST_LOG`'s span filters (`target[span]=level`) are not supported.
+///
+/// ```
+/// use tracing_subscriber::filter::LevelFilter;
+/// let filter = idemq::config::log_filter(Some("trace"), LevelFilter::INFO).unwrap();
+/// assert_eq!(filter.to_string(), "idemq=trace,info");
+/// ```
+pub fn log_filter(
+    value: Option<&str>,
+    default: tracing_subscriber::filter::LevelFilter,
+) -> Result<tracing_subscriber::filter::Targets, ConfigError> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let invalid = |why: String| ConfigError::Invalid {
+        var: "IDEMQ_LOG",
+        value: value.unwrap_or_default().to_owned(),
+        why,
+    };
+    let mut idemq: Option<LevelFilter> = None;
+    let mut named = Vec::new();
+    for directive in value.unwrap_or("").split(',').map(str::trim) {
+        if directive.is_empty() {
+            continue;
+        }
+        if directive.contains('[') {
+            return Err(invalid(SPAN_FILTERS.into()));
+        }
+        match directive.parse::<LevelFilter>() {
+            Ok(level) => idemq = Some(level),
+            Err(_) => named.push(directive),
+        }
+    }
+    let mut directives = vec![idemq.map_or(default, |l| l.min(default)).to_string()];
+    if let Some(level) = idemq {
+        directives.push(format!("idemq={level}"));
+    }
+    directives.extend(named.iter().map(|d| d.to_string()));
+    directives
+        .join(",")
+        .parse::<Targets>()
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// Crates whose logs a plain `RUST_LOG` or `AWS_LAMBDA_LOG_LEVEL` level
+/// never makes louder than the program's default: targets starting with one
+/// of these (the AWS SDK and its smithy runtime, the HTTP and TLS stack,
+/// `lambda_runtime`, `tokio_postgres`). Their debug and trace output is
+/// noise at best, and at worst whole requests, responses and invocation
+/// events, bodies included (`lambda_runtime` logs each raw event at
+/// `trace`, `tokio_postgres` each statement's parameters at `debug`).
+/// Named explicitly (`RUST_LOG=debug,aws_smithy_runtime=trace`), they log
+/// as asked.
+const QUIET_DEPENDENCIES: &[&str] = &[
+    "aws_config",
+    "aws_credential_types",
+    "aws_runtime",
+    "aws_sdk_",
+    "aws_sigv4",
+    "aws_smithy_",
+    "aws_types",
+    "h2",
+    "hyper",
+    "lambda_runtime",
+    "mio",
+    "rustls",
+    "tokio_postgres",
+    "tokio_rustls",
+    "tower",
+    "want",
+];
+
+/// The log filter from the environment, each variable read through `get`
+/// (`|var| std::env::var(var).ok()` in a program; a map in a test).
+///
+/// Three variables set the levels; **the first one set decides alone**,
+/// the others are then ignored (an empty value counts as unset):
+///
+/// 1. **`IDEMQ_LOG`**: the operator's knob for an incident, read by
+///    [`log_filter`]: a plain level raises idemq's own logs only.
+/// 2. **`RUST_LOG`**: the Rust convention. A plain level
+///    (`RUST_LOG=debug`) applies to every crate, your handler's included,
+///    except the AWS SDK, smithy, HTTP, TLS and `lambda_runtime` crates,
+///    which stay at `default` (or at the plain level, when it is quieter)
+///    unless named (`RUST_LOG=debug,aws_smithy_runtime=trace`). Other
+///    directives are `target=level`, as in `IDEMQ_LOG`; targets no
+///    directive matches log at `default`. Span and field filters
+///    (`target[span]=level`) are not supported.
+/// 3. **`AWS_LAMBDA_LOG_LEVEL`**: the application log level of Lambda's
+///    advanced logging controls, which Lambda sets from the function's
+///    logging configuration: `TRACE`, `DEBUG`, `INFO`, `WARN`, `ERROR` or
+///    `FATAL` (any case; `FATAL` is read as `error`, tracing's quietest
+///    level). It applies like a plain `RUST_LOG` level.
+///
+/// None set: every crate at `default`.
+///
+/// Why `RUST_LOG` before `AWS_LAMBDA_LOG_LEVEL`: it is set by the
+/// function's owner and can name crates, while the Lambda level is one
+/// level for everything; and Lambda filters on that level itself anyway.
+/// With an application log level set (it needs the JSON log format), Lambda
+/// drops every line below it before CloudWatch Logs, so on Lambda
+/// `IDEMQ_LOG` and `RUST_LOG` can make logs quieter than that level, never
+/// louder.
+///
+/// An invalid value in the variable that decides is an error naming it;
+/// [`run`](crate::run) then logs it once and uses `default` for every
+/// crate. It never falls back to a variable further down the list.
+///
+/// The variables: [advanced logging controls](https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-advanced.html),
+/// [log-level filtering](https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html),
+/// and the values Lambda accepts, in
+/// [`LoggingConfig`](https://docs.aws.amazon.com/lambda/latest/api/API_LoggingConfig.html)
+/// (`ApplicationLogLevel`, `LogFormat`).
+///
+/// ```
+/// use tracing::Level;
+/// use tracing_subscriber::filter::LevelFilter;
+/// let get = |var: &str| (var == "RUST_LOG").then(|| "debug".to_owned());
+/// let filter = idemq::config::log_filter_from(get, LevelFilter::INFO).unwrap();
+/// assert!(filter.would_enable("my_handler", &Level::DEBUG));
+/// assert!(!filter.would_enable("aws_smithy_runtime::client", &Level::DEBUG));
+/// ```
+pub fn log_filter_from(
+    get: impl Fn(&str) -> Option<String>,
+    default: tracing_subscriber::filter::LevelFilter,
+) -> Result<tracing_subscriber::filter::Targets, ConfigError> {
+    let set = |var: &str| get(var).filter(|v| !v.trim().is_empty());
+    if let Some(value) = set("IDEMQ_LOG") {
+        return log_filter(Some(&value), default);
+    }
+    if let Some(value) = set("RUST_LOG") {
+        return rust_log_filter(&value, default);
+    }
+    if let Some(value) = set("AWS_LAMBDA_LOG_LEVEL") {
+        let level = lambda_log_level(&value)?;
+        return Ok(everyone_at(level, default, &[])
+            .parse()
+            .expect("level directives parse"));
+    }
+    Ok(tracing_subscriber::filter::Targets::new().with_default(default))
+}
+
+/// A `RUST_LOG` value: see [`log_filter_from`].
+fn rust_log_filter(
+    value: &str,
+    default: tracing_subscriber::filter::LevelFilter,
+) -> Result<tracing_subscriber::filter::Targets, ConfigError> {
+    use tracing_subscriber::filter::LevelFilter;
+    let mut plain: Option<LevelFilter> = None;
+    let mut named = Vec::new();
+    let invalid = |why: String| ConfigError::Invalid {
+        var: "RUST_LOG",
+        value: value.to_owned(),
+        why,
+    };
+    for directive in value.split(',').map(str::trim) {
+        if directive.is_empty() {
+            continue;
+        }
+        if directive.contains('[') {
+            return Err(invalid(SPAN_FILTERS.into()));
+        }
+        match directive.parse::<LevelFilter>() {
+            Ok(level) => plain = Some(level),
+            Err(_) => named.push(directive),
+        }
+    }
+    let directives = match plain {
+        Some(level) => everyone_at(level, default, &named),
+        None => std::iter::once(default.to_string())
+            .chain(named.iter().map(|d| d.to_string()))
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    directives
+        .parse::<tracing_subscriber::filter::Targets>()
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// Why a directive with `[` is refused: `Targets` would read
+/// `target[span]=level` as a target no event has, and ignore it silently.
+const SPAN_FILTERS: &str = "span and field filters (`target[span]=level`) are not supported";
+
+/// `level` for every target, the quiet dependencies at the quieter of
+/// `level` and `default`, then the `named` directives (which replace a
+/// quiet dependency's directive for the same target).
+fn everyone_at(
+    level: tracing_subscriber::filter::LevelFilter,
+    default: tracing_subscriber::filter::LevelFilter,
+    named: &[&str],
+) -> String {
+    let quiet = level.min(default);
+    std::iter::once(level.to_string())
+        .chain(QUIET_DEPENDENCIES.iter().map(|t| format!("{t}={quiet}")))
+        .chain(named.iter().map(|d| d.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// An `AWS_LAMBDA_LOG_LEVEL` value (`TRACE`, `DEBUG`, `INFO`, `WARN`,
+/// `ERROR`, `FATAL`, any case) as a level; `FATAL` is `error`.
+fn lambda_log_level(value: &str) -> Result<tracing_subscriber::filter::LevelFilter, ConfigError> {
+    use tracing_subscriber::filter::LevelFilter;
+    Ok(match value.trim().to_ascii_uppercase().as_str() {
+        "TRACE" => LevelFilter::TRACE,
+        "DEBUG" => LevelFilter::DEBUG,
+        "INFO" => LevelFilter::INFO,
+        "WARN" => LevelFilter::WARN,
+        "ERROR" | "FATAL" => LevelFilter::ERROR,
+        _ => {
+            return Err(ConfigError::Invalid {
+                var: "AWS_LAMBDA_LOG_LEVEL",
+                value: value.to_owned(),
+                why: "expected TRACE, DEBUG, INFO, WARN, ERROR or FATAL".into(),
+            });
+        }
+    })
+}
+
+/// How [`run`](crate::run) writes log events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LogFormat {
+    /// One JSON object a line (`level`, `target`, `fields`, spans), which
+    /// CloudWatch Logs Insights queries by field and Lambda's log-level
+    /// filtering reads.
+    Json,
+    /// Plain text lines.
+    Text,
+}
+
+impl LogFormat {
+    /// The format when `AWS_LAMBDA_LOG_FORMAT` is unset or invalid: JSON on
+    /// Lambda, text off it.
+    pub fn host_default(on_lambda: bool) -> Self {
+        if on_lambda { Self::Json } else { Self::Text }
+    }
+}
+
+/// The log format from `AWS_LAMBDA_LOG_FORMAT` (read through `get`, as in
+/// [`log_filter_from`]): `JSON` or `Text`, any case, which Lambda sets from
+/// the function's log format (its
+/// [advanced logging controls](https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-advanced.html);
+/// values as in
+/// [`LoggingConfig`](https://docs.aws.amazon.com/lambda/latest/api/API_LoggingConfig.html)).
+/// Unset or empty: [`LogFormat::host_default`], JSON on Lambda and text
+/// elsewhere. Set off Lambda, it is honoured too (JSON on stderr for a
+/// local worker's log collector). An invalid value is an error naming it;
+/// [`run`](crate::run) logs it once and uses the host's default.
+///
+/// Either way no log line carries payload bytes: the format changes how an
+/// event is written, not which events and fields there are.
+pub fn log_format_from(
+    get: impl Fn(&str) -> Option<String>,
+    on_lambda: bool,
+) -> Result<LogFormat, ConfigError> {
+    let Some(value) = get("AWS_LAMBDA_LOG_FORMAT").filter(|v| !v.trim().is_empty()) else {
+        return Ok(LogFormat::host_default(on_lambda));
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "json" => Ok(LogFormat::Json),
+        "text" => Ok(LogFormat::Text),
+        _ => Err(ConfigError::Invalid {
+            var: "AWS_LAMBDA_LOG_FORMAT",
+            value,
+            why: "expected JSON or Text".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_env::env;
+
+    /// Which of these (target, level) events a filter lets through.
+    fn passes(filter: tracing_subscriber::filter::Targets) -> Vec<&'static str> {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt;
+
+        struct Record(Arc<Mutex<Vec<String>>>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Record {
+            fn on_event(
+                &self,
+                event: &tracing::Event<'_>,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                let m = event.metadata();
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} {}", m.target(), m.level()));
+            }
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry()
+            .with(filter)
+            .with(Record(seen.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::trace!(target: "idemq::batch", "x");
+            tracing::debug!(target: "idemq::batch", "x");
+            tracing::info!(target: "idemq::batch", "x");
+            tracing::trace!(target: "aws_smithy_runtime::client", "x");
+            tracing::info!(target: "aws_smithy_runtime::client", "x");
+            tracing::trace!(target: "lambda_runtime", "x");
+            tracing::warn!(target: "lambda_runtime", "x");
+        });
+        let all = [
+            "idemq::batch TRACE",
+            "idemq::batch DEBUG",
+            "idemq::batch INFO",
+            "aws_smithy_runtime::client TRACE",
+            "aws_smithy_runtime::client INFO",
+            "lambda_runtime TRACE",
+            "lambda_runtime WARN",
+        ];
+        let seen = seen.lock().unwrap();
+        all.into_iter()
+            .filter(|e| seen.iter().any(|s| s == e))
+            .collect()
+    }
+
+    /// `IDEMQ_LOG=trace` must not turn on the SDK's or
+    /// lambda_runtime's trace logs (whole responses and events, bodies
+    /// included).
+    #[test]
+    fn a_plain_level_raises_idemq_only() {
+        use tracing_subscriber::filter::LevelFilter;
+        let f = log_filter(Some("trace"), LevelFilter::INFO).unwrap();
+        assert_eq!(
+            passes(f),
+            [
+                "idemq::batch TRACE",
+                "idemq::batch DEBUG",
+                "idemq::batch INFO",
+                "aws_smithy_runtime::client INFO",
+                "lambda_runtime WARN",
+            ]
+        );
+        // A quieter level quiets everything.
+        let f = log_filter(Some("warn"), LevelFilter::INFO).unwrap();
+        assert_eq!(passes(f), ["lambda_runtime WARN"]);
+        // Unset: the program's default for everyone.
+        let f = log_filter(None, LevelFilter::INFO).unwrap();
+        assert_eq!(
+            passes(f),
+            [
+                "idemq::batch INFO",
+                "aws_smithy_runtime::client INFO",
+                "lambda_runtime WARN"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_dependency_named_explicitly_is_honoured() {
+        use tracing_subscriber::filter::LevelFilter;
+        let f = log_filter(Some("debug,aws_smithy_runtime=trace"), LevelFilter::INFO).unwrap();
+        assert_eq!(
+            passes(f),
+            [
+                "idemq::batch DEBUG",
+                "idemq::batch INFO",
+                "aws_smithy_runtime::client TRACE",
+                "aws_smithy_runtime::client INFO",
+                "lambda_runtime WARN",
+            ]
+        );
+        assert!(log_filter(Some("idemq=verbose"), LevelFilter::INFO).is_err());
+        // The longest target wins, whatever the order.
+        let f = log_filter(
+            Some("aws_smithy_runtime::client=warn,aws_smithy_runtime=trace"),
+            LevelFilter::INFO,
+        )
+        .unwrap();
+        assert_eq!(passes(f), ["idemq::batch INFO", "lambda_runtime WARN"]);
+    }
+
+    /// `(target, level)` pairs the filter lets through, of a fixed sample:
+    /// idemq, a handler crate, the SDK, `lambda_runtime`.
+    fn enabled(filter: &tracing_subscriber::filter::Targets) -> Vec<String> {
+        use tracing::Level;
+        let mut out = Vec::new();
+        for target in [
+            "idemq::batch",
+            "my_handler",
+            "aws_sdk_sqs::client",
+            "lambda_runtime",
+        ] {
+            for level in [
+                Level::TRACE,
+                Level::DEBUG,
+                Level::INFO,
+                Level::WARN,
+                Level::ERROR,
+            ] {
+                if filter.would_enable(target, &level) {
+                    out.push(format!("{target} {level}"));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn filter_from(
+        pairs: &[(&str, &str)],
+        default: tracing_subscriber::filter::LevelFilter,
+    ) -> Result<Vec<String>, ConfigError> {
+        log_filter_from(env(pairs), default).map(|f| enabled(&f))
+    }
+
+    /// The first of IDEMQ_LOG, RUST_LOG, AWS_LAMBDA_LOG_LEVEL that is set
+    /// decides alone.
+    #[test]
+    fn log_level_precedence() {
+        use tracing_subscriber::filter::LevelFilter;
+        let info = LevelFilter::INFO;
+        let all = [
+            ("IDEMQ_LOG", "warn"),
+            ("RUST_LOG", "trace"),
+            ("AWS_LAMBDA_LOG_LEVEL", "DEBUG"),
+        ];
+        // IDEMQ_LOG first, whatever the others say.
+        let everyone_warn = [
+            "idemq::batch WARN",
+            "my_handler WARN",
+            "aws_sdk_sqs::client WARN",
+            "lambda_runtime WARN",
+        ];
+        assert_eq!(filter_from(&all, info).unwrap(), everyone_warn);
+        // Then RUST_LOG over the Lambda level.
+        let trace = [
+            "idemq::batch TRACE",
+            "my_handler TRACE",
+            "aws_sdk_sqs::client INFO",
+            "lambda_runtime INFO",
+        ];
+        assert_eq!(filter_from(&all[1..], info).unwrap(), trace);
+        // Then the Lambda level.
+        let debug = [
+            "idemq::batch DEBUG",
+            "my_handler DEBUG",
+            "aws_sdk_sqs::client INFO",
+            "lambda_runtime INFO",
+        ];
+        assert_eq!(filter_from(&all[2..], info).unwrap(), debug);
+        // Then the default, for everyone.
+        let everyone_info = [
+            "idemq::batch INFO",
+            "my_handler INFO",
+            "aws_sdk_sqs::client INFO",
+            "lambda_runtime INFO",
+        ];
+        assert_eq!(filter_from(&[], info).unwrap(), everyone_info);
+        // An empty value counts as unset.
+        let empty = [
+            ("IDEMQ_LOG", " "),
+            ("RUST_LOG", ""),
+            ("AWS_LAMBDA_LOG_LEVEL", "DEBUG"),
+        ];
+        assert_eq!(filter_from(&empty, info).unwrap(), debug);
+        // IDEMQ_LOG's plain level is idemq's only, even over RUST_LOG.
+        let f = filter_from(&[("IDEMQ_LOG", "debug"), ("RUST_LOG", "trace")], info).unwrap();
+        assert_eq!(
+            f,
+            [
+                "idemq::batch DEBUG",
+                "my_handler INFO",
+                "aws_sdk_sqs::client INFO",
+                "lambda_runtime INFO",
+            ]
+        );
+    }
+
+    /// A plain RUST_LOG or Lambda level reaches the handler's crate but
+    /// never makes the SDK or lambda_runtime louder than the default (their
+    /// trace logs print bodies and events); named, they log as asked.
+    #[test]
+    fn a_plain_rust_log_level_spares_the_sdk() {
+        use tracing_subscriber::filter::LevelFilter;
+        // The CLI's default is warn: the SDK stays at warn.
+        let f = filter_from(&[("RUST_LOG", "debug")], LevelFilter::WARN).unwrap();
+        assert_eq!(
+            f,
+            [
+                "idemq::batch DEBUG",
+                "my_handler DEBUG",
+                "aws_sdk_sqs::client WARN",
+                "lambda_runtime WARN",
+            ]
+        );
+        let f = filter_from(&[("AWS_LAMBDA_LOG_LEVEL", "trace")], LevelFilter::WARN).unwrap();
+        assert_eq!(
+            f,
+            [
+                "idemq::batch TRACE",
+                "my_handler TRACE",
+                "aws_sdk_sqs::client WARN",
+                "lambda_runtime WARN",
+            ]
+        );
+        // A quieter plain level quiets the SDK too.
+        let f = filter_from(&[("RUST_LOG", "error")], LevelFilter::INFO).unwrap();
+        assert_eq!(
+            f,
+            [
+                "idemq::batch ERROR",
+                "my_handler ERROR",
+                "aws_sdk_sqs::client ERROR",
+                "lambda_runtime ERROR",
+            ]
+        );
+        // Named: honoured, over the quiet default, in either order.
+        for value in [
+            "debug,aws_sdk_sqs=trace,lambda_runtime=debug",
+            "lambda_runtime=debug,aws_sdk_sqs=trace,debug",
+        ] {
+            let f = filter_from(&[("RUST_LOG", value)], LevelFilter::INFO).unwrap();
+            assert_eq!(
+                f,
+                [
+                    "idemq::batch DEBUG",
+                    "my_handler DEBUG",
+                    "aws_sdk_sqs::client TRACE",
+                    "lambda_runtime DEBUG",
+                ],
+                "{value}"
+            );
+        }
+        // Only named targets: the rest at the default.
+        let f = filter_from(&[("RUST_LOG", "my_handler=debug")], LevelFilter::INFO).unwrap();
+        assert_eq!(
+            f,
+            [
+                "idemq::batch INFO",
+                "my_handler DEBUG",
+                "aws_sdk_sqs::client INFO",
+                "lambda_runtime INFO",
+            ]
+        );
+        // Every quiet dependency's targets stay at the default.
+        let f = log_filter_from(env(&[("RUST_LOG", "trace")]), LevelFilter::INFO).unwrap();
+        for target in QUIET_DEPENDENCIES {
+            let target = format!("{target}x::y");
+            assert!(f.would_enable(&target, &tracing::Level::INFO), "{target}");
+            assert!(!f.would_enable(&target, &tracing::Level::DEBUG), "{target}");
+        }
+    }
+
+    #[test]
+    fn lambda_log_levels_and_invalid_values() {
+        use tracing_subscriber::filter::LevelFilter;
+        for (value, level) in [
+            ("TRACE", "TRACE"),
+            ("DEBUG", "DEBUG"),
+            ("info", "INFO"),
+            ("Warn", "WARN"),
+            ("ERROR", "ERROR"),
+            ("FATAL", "ERROR"),
+        ] {
+            let f = filter_from(&[("AWS_LAMBDA_LOG_LEVEL", value)], LevelFilter::INFO).unwrap();
+            assert_eq!(f[1], format!("my_handler {level}"), "{value}");
+        }
+        // An invalid value in the variable that decides is an error naming
+        // it (the caller then uses the default), not a fall-through.
+        for (pairs, var) in [
+            (
+                &[("AWS_LAMBDA_LOG_LEVEL", "VERBOSE")][..],
+                "AWS_LAMBDA_LOG_LEVEL",
+            ),
+            (
+                &[("AWS_LAMBDA_LOG_LEVEL", "OFF")][..],
+                "AWS_LAMBDA_LOG_LEVEL",
+            ),
+            (
+                &[
+                    ("RUST_LOG", "my_handler[span]=debug"),
+                    ("AWS_LAMBDA_LOG_LEVEL", "DEBUG"),
+                ][..],
+                "RUST_LOG",
+            ),
+            (
+                &[("IDEMQ_LOG", "idemq=verbose"), ("RUST_LOG", "debug")][..],
+                "IDEMQ_LOG",
+            ),
+            (&[("IDEMQ_LOG", "idemq[{job}]=debug")][..], "IDEMQ_LOG"),
+        ] {
+            match filter_from(pairs, LevelFilter::INFO) {
+                Err(ConfigError::Invalid { var: v, .. }) => assert_eq!(v, var, "{pairs:?}"),
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
+        // A value shadowed by one above it is not read.
+        assert!(
+            filter_from(
+                &[("RUST_LOG", "debug"), ("AWS_LAMBDA_LOG_LEVEL", "VERBOSE")],
+                LevelFilter::INFO
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn lambda_log_format() {
+        for (value, on_lambda, format) in [
+            (None, true, LogFormat::Json),
+            (None, false, LogFormat::Text),
+            (Some(""), true, LogFormat::Json),
+            (Some("Text"), true, LogFormat::Text),
+            (Some("TEXT"), true, LogFormat::Text),
+            (Some("JSON"), false, LogFormat::Json),
+            (Some("json"), true, LogFormat::Json),
+        ] {
+            let pairs: Vec<_> = value
+                .map(|v| ("AWS_LAMBDA_LOG_FORMAT", v))
+                .into_iter()
+                .collect();
+            assert_eq!(
+                log_format_from(env(&pairs), on_lambda).unwrap(),
+                format,
+                "{value:?} on_lambda={on_lambda}"
+            );
+        }
+        match log_format_from(env(&[("AWS_LAMBDA_LOG_FORMAT", "yaml")]), true) {
+            Err(ConfigError::Invalid { var, .. }) => assert_eq!(var, "AWS_LAMBDA_LOG_FORMAT"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
