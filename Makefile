@@ -86,8 +86,10 @@ deploy:
 lint:
 	cargo fmt --check
 	python3 scripts/module_cycles.py src
-	cargo clippy --workspace --all-targets --features testing,postgres --locked -- -D warnings
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing,postgres --locked
+	python3 scripts/module_cycles.py --whole-folders src
+	cargo clippy --workspace --all-targets --features testing,postgres,ops --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features testing,postgres,ops --locked
+	python3 scripts/public_api.py --check docs/public-api.txt
 
 fmt:
 	cargo fmt

@@ -10,7 +10,7 @@
 # Usage: scripts/same_features.sh [FEATURES]   (default: make test's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-features=${1:-testing,postgres}
+features=${1:-testing,postgres,ops}
 resolve() {
     # `{p} {f}`: each package with the features it is built with.
     cargo tree --locked "$@" --features "$features" -e normal,build,dev -f '{p} {f}' --prefix none |

@@ -12,13 +12,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# `--features testing,postgres` on every cargo step below, so no step
+# `--features testing,postgres,ops` on every cargo step below, so no step
 # builds idemq with other features than the one before it: `testing` (the
 # test kit, idemq::testing) only changes idemq's own crate (the two smithy
 # crates it adds are already built for the SDK, with the same features);
 # `postgres` adds tokio-postgres, and the store suite
-# (tests/store_suite/) runs PostgreSQL's cases on the stack's server.
-FEATURES=testing,postgres
+# (tests/store_suite/) runs PostgreSQL's cases on the stack's server;
+# `ops` (the operator library) is what the CLI and the dev-dependencies
+# turn on anyway, named so that the docs and the API listing include it.
+FEATURES=testing,postgres,ops
 # The disk is what a full run can exhaust (one target/ of ~40 test
 # binaries, the artifacts' builds, the stack's venvs): shown at both ends.
 echo "== disk: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target 2>/dev/null | cut -f1 || echo absent)"
@@ -36,6 +38,11 @@ cargo clippy --workspace --all-targets --features "$FEATURES" --locked -- -D war
 # library against the dependencies clippy just checked: warm, ~2 s of CPU
 # (4-12 s wall measured on a busy 2-core machine).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features "$FEATURES" --locked
+# The crate's public surface, read from those docs, is the committed
+# listing: a change to it is a change to docs/public-api.txt, seen in
+# review (scripts/public_api.py --write docs/public-api.txt after a change
+# that is meant).
+python3 scripts/public_api.py --check docs/public-api.txt
 
 echo "== package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the

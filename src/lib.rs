@@ -64,7 +64,8 @@
 //! - [`clock`]: the wall clock and jitter source, which a simulation can
 //!   replace.
 //!
-//! Operating it (the `idemq` CLI is built on these):
+//! Operating it (feature `ops`; the `idemq` CLI is built on these, and a
+//! function's build compiles none of it):
 //! - [`init`]: creating or verifying the queue, DLQ and table;
 //! - [`dlq`]: reading a DLQ ([`dlq::peek`]), what an operator asks of it
 //!   (stats, rows, one letter: [`dlq::inspect`]), moving dead letters back
@@ -75,8 +76,8 @@
 //! depending on `idemq = "0.1"` compiles no command-line, progress-bar, SNS
 //! or PostgreSQL crate and no regex engine. `worker` adds the local worker
 //! host, `postgres` the PostgreSQL store, `sns` publishing to a topic,
-//! `testing` the test kit (for dev-dependencies), and `failpoints` the
-//! chaos suite's failpoints. The operator CLI is its own package:
+//! `testing` the test kit (for dev-dependencies), `ops` the operator
+//! library (for the CLI), and `failpoints` the chaos suite's failpoints. The operator CLI is its own package:
 //! `cargo install idemq-cli` gives the `idemq` command.
 
 #![warn(missing_docs)]
@@ -92,6 +93,7 @@ pub mod clock;
 pub mod commit;
 pub mod config;
 pub mod dead_letter;
+#[cfg(feature = "ops")]
 pub mod dlq;
 #[doc(inline)]
 pub use store::dynamodb::effect;
@@ -101,6 +103,7 @@ pub mod followup;
 pub mod handler;
 pub mod horizon;
 pub mod host;
+#[cfg(feature = "ops")]
 pub mod init;
 pub mod job;
 #[cfg(feature = "lambda")]

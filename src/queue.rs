@@ -234,6 +234,7 @@ const VISIBILITY_CALLS_AT_ONCE: usize = 16;
 /// receipt handle, new timeout). A message no longer in flight (its handle
 /// expired, or it was received again) is logged and skipped: SQS makes it
 /// visible on its own.
+#[cfg(any(feature = "ops", feature = "worker"))]
 pub(crate) async fn change_visibility(
     sqs: &aws_sdk_sqs::Client,
     url: &str,

@@ -3,7 +3,7 @@
 
 use crate::config::BatchConfig;
 use crate::handler::Handler;
-use crate::host::{Host, HostError, OpenStore};
+use crate::host::{HostError, OpenStore};
 
 mod logging;
 
@@ -88,7 +88,7 @@ where
     H::Effect: OpenStore,
 {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let host = Host::from_sdk_config(handler, &sdk, None, BatchConfig::from_env()?)?;
+    let host = crate::host::Host::from_sdk_config(handler, &sdk, None, BatchConfig::from_env()?)?;
     lambda_runtime::run(crate::lambda::BatchService::from_host(host)).await
 }
 

@@ -86,7 +86,7 @@ impl TableLayout {
     }
 
     /// The key a marker had before markers were namespaced (still read
-    /// while [`LegacyMarkers`] says so, so that a job committed by an
+    /// while [`LegacyMarkers`](super::LegacyMarkers) says so, so that a job committed by an
     /// earlier version is not applied again).
     pub fn legacy_marker_key(&self, job_id: &str) -> String {
         format!("{}job#{job_id}", self.key_prefix)

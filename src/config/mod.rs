@@ -26,6 +26,7 @@ mod logging;
 pub use batch::{BatchConfig, DEFAULT_CONTENTION_RETRIES};
 pub(crate) use idempotency::check_marker_ttl;
 pub use idempotency::{DEFAULT_READ_MARKER_FIRST, IdempotencyConfig, LegacyMarkers};
+#[cfg(feature = "postgres")]
 pub(crate) use layout::check_namespace;
 pub use layout::{TableLayout, queue_name};
 pub use logging::{LogFormat, log_filter, log_filter_from, log_format_from};
