@@ -212,7 +212,7 @@ pub struct Processor<H: Handler> {
     core: Core<H::Effect>,
 }
 
-/// A boxed handler future: what [`DynHandler::run`] returns.
+/// A boxed handler future: what [`DynHandler::decode_and_handle`] returns.
 type HandlerFuture<'a, E> = BoxFuture<'a, Result<E, JobError>>;
 
 /// A [`Handler`] with its job type erased: the payload is decoded and
@@ -222,8 +222,10 @@ trait DynHandler<E>: Send + Sync {
     /// Decodes `payload`, then returns the future that handles it. The
     /// handler's `handle` is called when the future is first polled, so
     /// that a panic in it, even before its first `.await`, happens where
-    /// it is caught.
-    fn run<'a>(
+    /// it is caught. (Named apart from every other method of the crate:
+    /// tests/infra/sdk_calls.py follows a method call to every method of
+    /// its name when it works out what a function may call.)
+    fn decode_and_handle<'a>(
         &'a self,
         payload: &str,
         meta: JobMeta,
@@ -234,7 +236,7 @@ trait DynHandler<E>: Send + Sync {
 struct Erased<H>(H);
 
 impl<H: Handler> DynHandler<H::Effect> for Erased<H> {
-    fn run<'a>(
+    fn decode_and_handle<'a>(
         &'a self,
         payload: &str,
         meta: JobMeta,
@@ -619,7 +621,7 @@ impl<E: Send + Sync + 'static> Core<E> {
             budget.start_by,
             contended,
             || {
-                let run = self.handler.run(payload, meta.clone());
+                let run = self.handler.decode_and_handle(payload, meta.clone());
                 async move {
                     let effect = run
                         .map_err(Attempt::Undecodable)?
