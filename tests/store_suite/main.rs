@@ -11,7 +11,8 @@
 //!   effects;
 //! - `postgres.rs`: what only PostgreSQL has (SQLSTATE mapping, a
 //!   connection cut after `COMMIT` was sent, nothing on the wire that pins
-//!   a session behind RDS Proxy, the schema's versions, expired rows);
+//!   a session behind RDS Proxy, the schema's versions, expired rows, a
+//!   failure record written across a broken connection);
 //! - `tls.rs`: TLS through a proxy with a test CA (trusted, untrusted,
 //!   another host's name);
 //! - `worker.rs`: a PostgreSQL consumer end to end: `idemq init` and

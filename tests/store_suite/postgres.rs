@@ -461,3 +461,109 @@ async fn nothing_the_store_sends_pins_a_session() {
 async fn cut_commit_effect(store: &Postgres, id: &str, effect: &Effect) -> CommitOutcome {
     commit_on(store, id, effect).await.unwrap()
 }
+
+/// A TCP proxy to the server that, once armed, drops the next request a
+/// client sends and closes that connection, as a server restart or a
+/// failover does to a pooled connection.
+async fn dropping_proxy(upstream: String, armed: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = TcpStream::connect(&upstream).await.unwrap();
+            let armed = Arc::clone(&armed);
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let down = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match cr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if armed.swap(false, Ordering::SeqCst) {
+                        break;
+                    }
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                // Both directions closed: the client sees its connection
+                // end with its request unanswered.
+                down.abort();
+            });
+        }
+    });
+    port
+}
+
+/// A failure record whose pooled connection broke is written on a new
+/// one (it is often the context of that very outage), and a write the
+/// server refuses says why in the server's words (SQLSTATE and message).
+#[tokio::test]
+async fn a_failure_record_outlives_a_broken_connection() {
+    use idemq::failure::{Failure, FailureKind, FailureRecord};
+    let t = Pg::new().await;
+    let armed = Arc::new(AtomicBool::new(false));
+    let proxy = dropping_proxy(upstream(), Arc::clone(&armed)).await;
+    let store = Postgres::new(
+        PostgresConfig::new(conninfo_via("127.0.0.1", proxy, "disable"))
+            .with_schema(t.schema())
+            .unwrap()
+            .with_marker_ttl(TTL)
+            .with_pool_size(1),
+    )
+    .unwrap();
+    let record = |attempt: u32| FailureRecord {
+        job_id: Some("rec-1".into()),
+        message_id: format!("m{attempt}"),
+        attempt,
+        failure: Failure {
+            kind: FailureKind::Transient,
+            error: format!("attempt {attempt}"),
+            chain: vec![],
+        },
+        // Whole milliseconds: the stores keep no finer time than that.
+        failed_at: std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_385_600_123),
+        source_queue: "orders".into(),
+        payload_hash: PayloadHash::of(b"{}").as_str().to_owned(),
+    };
+    // The first record opens the connection the proxy will break.
+    store.record_failure(&record(1)).await.unwrap();
+    armed.store(true, Ordering::SeqCst);
+    let second = record(2);
+    store
+        .record_failure(&second)
+        .await
+        .expect("written on a new connection");
+    assert!(
+        !armed.load(Ordering::SeqCst),
+        "the proxy broke a connection"
+    );
+    let read = t
+        .records()
+        .read_failure(&["orders".to_owned()], Some("rec-1"), "m2")
+        .await
+        .unwrap();
+    assert_eq!(read.as_ref(), Some(&second));
+
+    // A schema without idemq's tables: the server's own words.
+    let missing = Postgres::new(
+        PostgresConfig::new(postgres_url())
+            .with_schema("idemq_never_provisioned")
+            .unwrap()
+            .with_marker_ttl(TTL),
+    )
+    .unwrap();
+    let err = missing
+        .record_failure(&record(3))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("SQLSTATE 42P01"), "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+}

@@ -488,6 +488,28 @@ fn outcome_of(step: Step) -> CommitOutcome {
     }
 }
 
+/// A server error in its own words: SQLSTATE, constraint and message
+/// (tokio-postgres's `Display` of it says only "db error").
+fn db_reason(db: &tokio_postgres::error::DbError) -> String {
+    let code = db.code().code();
+    match db.constraint() {
+        Some(c) => format!("SQLSTATE {code} on constraint {c}: {}", db.message()),
+        None => format!("SQLSTATE {code}: {}", db.message()),
+    }
+}
+
+/// `e` in words a log can act on: a server error's SQLSTATE and message,
+/// or the client's own error.
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+    e.as_db_error().map_or_else(|| e.to_string(), db_reason)
+}
+
+/// Whether `e` broke the connection (class 08, a shutdown, a closed
+/// socket), so that the same request may be tried on a fresh one.
+pub(super) fn broke_connection(e: &tokio_postgres::Error) -> bool {
+    matches!(classify(e, None), Ok(Step::Broken(_)))
+}
+
 /// What an error of statement `index` (`None`: idemq's own SQL) means, by
 /// SQLSTATE class:
 ///
@@ -524,10 +546,7 @@ fn classify(e: &tokio_postgres::Error, index: Option<usize>) -> Result<Step, Com
         return Ok(Step::Broken(e.to_string()));
     };
     let code = db.code().code();
-    let reason = match db.constraint() {
-        Some(c) => format!("SQLSTATE {code} on constraint {c}: {}", db.message()),
-        None => format!("SQLSTATE {code}: {}", db.message()),
-    };
+    let reason = db_reason(db);
     let class = &code[..2];
     Ok(match (code, class) {
         ("40001" | "40P01" | "55P03", _) => Step::Outcome(CommitOutcome::Collided { reason }),

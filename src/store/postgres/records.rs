@@ -12,6 +12,8 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::Inner;
+use super::commit::{broke_connection, describe};
+use super::pool::OpenError;
 use crate::failure::{
     DlqError, Failure, FailureKind, FailureRecord, LetterKey, MAX_RECORD_ERROR, capped_chain,
     truncate,
@@ -100,13 +102,39 @@ impl Records {
             (&rec.payload_hash, Type::TEXT),
             (&expires, Type::TIMESTAMPTZ),
         ];
-        let conn = self.inner.pool.get().await.map_err(store_error)?;
-        conn.client()
-            .execute_typed(&self.upsert, &params)
-            .await
-            .map_err(store_error)?;
-        conn.release();
-        Ok(())
+        // A connection that broke (the server restarted or failed over,
+        // a proxy cut it) is tried once more on a fresh one, as a commit
+        // is: the record is often the context of that very outage. The
+        // upsert is idempotent, so a write that took before the break is
+        // written again unchanged.
+        let mut broken = String::new();
+        for fresh in [false, true] {
+            let got = if fresh {
+                self.inner.pool.fresh().await
+            } else {
+                self.inner.pool.get().await
+            };
+            let conn = match got {
+                Ok(conn) => conn,
+                Err(OpenError::Postgres(e)) if broke_connection(&e) => {
+                    broken = describe(&e);
+                    continue;
+                }
+                Err(e) => return Err(open_error(e)),
+            };
+            match conn.client().execute_typed(&self.upsert, &params).await {
+                Ok(_) => {
+                    conn.release();
+                    return Ok(());
+                }
+                // Dropped, not released: the pool opens a new one.
+                Err(e) if broke_connection(&e) => broken = describe(&e),
+                Err(e) => return Err(store_error(&e)),
+            }
+        }
+        Err(DlqError::Store(format!(
+            "PostgreSQL: the connection broke, and again on a new one: {broken}"
+        )))
     }
 
     pub(crate) async fn one(
@@ -135,7 +163,7 @@ impl Records {
             return Ok(HashMap::new());
         }
         let keys: Vec<&String> = by_key.keys().collect();
-        let conn = self.inner.pool.get().await.map_err(store_error)?;
+        let conn = self.inner.pool.get().await.map_err(open_error)?;
         let rows = conn
             .client()
             .query_typed(
@@ -143,7 +171,7 @@ impl Records {
                 &[(&namespaces, Type::TEXT_ARRAY), (&keys, Type::TEXT_ARRAY)],
             )
             .await
-            .map_err(store_error)?;
+            .map_err(|e| store_error(&e))?;
         conn.release();
         // The namespaces in the order given: the first one that holds a
         // record of a letter wins.
@@ -196,6 +224,13 @@ fn parse(row: &Row) -> Result<FailureRecord, DlqError> {
     })
 }
 
-fn store_error(e: impl std::fmt::Display) -> DlqError {
-    DlqError::Store(format!("PostgreSQL: {e}"))
+fn store_error(e: &tokio_postgres::Error) -> DlqError {
+    DlqError::Store(format!("PostgreSQL: {}", describe(e)))
+}
+
+fn open_error(e: OpenError) -> DlqError {
+    match e {
+        OpenError::Postgres(e) => store_error(&e),
+        other => DlqError::Store(format!("PostgreSQL: {other}")),
+    }
 }
