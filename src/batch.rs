@@ -267,6 +267,26 @@ async fn after_commit(
     }
 }
 
+/// A message as a job: its id resolved (or why it has none) and the hash
+/// of its payload.
+struct Job<'m> {
+    resolved: Result<crate::job::ResolvedJob<'m>, crate::job::InvalidJobId>,
+    hash: PayloadHash,
+}
+
+/// What the batch's look-up found of one job's marker.
+enum Found {
+    /// Nothing read: the store reads no markers before the handler, or the
+    /// job is refused before any read (no valid id, past its horizon).
+    NotRead,
+    /// The store's answer for this job.
+    Read(Result<LookedUp, CommitError>),
+    /// The look-up did not answer before the deadline's cut-off.
+    TimedOut,
+    /// The store panicked while looking up.
+    Panicked(String),
+}
+
 /// The batch code of a [`Processor`], the same for every handler of an
 /// effect type, and for every store.
 struct Core<E> {
@@ -348,11 +368,17 @@ impl<E: Send + Sync + 'static> Core<E> {
     ) -> BatchReport {
         let budget = Budget::new(deadline, self.config.deadline_margin);
         let contended = AtomicU64::new(0);
+        // The one place a message becomes a job: its envelope opened (if
+        // any), its id resolved, its payload found and hashed.
+        let jobs: Vec<Job<'_>> = messages.iter().map(|msg| self.job_of(msg)).collect();
+        let found = self.look_up(queue, messages, &jobs, &budget).await;
         // Each job's future boxed: its type (decode, handle, commit,
         // classify, record) would otherwise nest inside the scheduler's
         // past what the compiler lays out.
-        let verdicts = schedule(messages, deadline, &self.config, |msg| {
-            Box::pin(self.run_one(queue, msg, deadline, &budget, &contended))
+        let verdicts = schedule(messages, deadline, &self.config, |i, msg| {
+            Box::pin(self.run_one(
+                queue, msg, &jobs[i], &found[i], deadline, &budget, &contended,
+            ))
         })
         .await;
         let mut report = BatchReport {
@@ -456,21 +482,99 @@ impl<E: Send + Sync + 'static> Core<E> {
         report
     }
 
-    /// One job: identify, decode, handle (panics caught), commit, and for a
-    /// failure record it and, if permanent, dead-letter it.
+    /// A message as a job: its id (or why it has none), its payload and
+    /// the payload's hash, which covers an enveloped job's inner message,
+    /// or the whole body when there is no job to find.
+    fn job_of<'m>(&self, msg: &'m Message) -> Job<'m> {
+        let resolved =
+            self.resolver
+                .resolve_job(msg.job_id_attribute(), &msg.body, &msg.message_id);
+        let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
+        let hash = PayloadHash::of(payload.as_bytes());
+        Job { resolved, hash }
+    }
+
+    /// The markers of the batch's jobs, read before any handler runs, in
+    /// one call of the store ([`Store::look_up`]; on DynamoDB one
+    /// `BatchGetItem` per 100 keys, src/store/dynamodb/commit/look_up.rs;
+    /// on PostgreSQL one statement): what each job's look-up found, or
+    /// [`Found::NotRead`] for a job with no valid id, one past its markers'
+    /// horizon (its run refuses it before anything is read), or a store
+    /// that reads nothing before the handler. A panic or a hang of the
+    /// store is every job's that waited on it, as it would be one at a
+    /// time.
+    async fn look_up(
+        &self,
+        queue: &QueueInfo,
+        messages: &[Message],
+        jobs: &[Job<'_>],
+        budget: &Budget,
+    ) -> Vec<Found> {
+        let mut found: Vec<Found> = jobs.iter().map(|_| Found::NotRead).collect();
+        if !self.store.looks_up() {
+            return found;
+        }
+        let now = crate::clock::now();
+        let mut at = Vec::new();
+        let mut refs = Vec::new();
+        for (i, (job, msg)) in jobs.iter().zip(messages).enumerate() {
+            let remembered =
+                crate::horizon::check_markers_remember(msg.first_enqueued(), now, self.marker_ttl)
+                    .is_ok();
+            if let (Ok(resolved), true) = (&job.resolved, remembered) {
+                at.push(i);
+                refs.push(JobRef {
+                    id: &resolved.id,
+                    payload_hash: &job.hash,
+                    queue: &queue.name,
+                });
+            }
+        }
+        if refs.is_empty() {
+            return found;
+        }
+        let read = AssertUnwindSafe(self.store.look_up(&refs)).catch_unwind();
+        let results = match tokio::time::timeout_at(budget.abandon_at, read).await {
+            Err(_) => at.iter().map(|_| Found::TimedOut).collect(),
+            Ok(Err(panic)) => {
+                let why = panic_message(panic.as_ref());
+                at.iter().map(|_| Found::Panicked(why.clone())).collect()
+            }
+            Ok(Ok(results)) if results.len() == refs.len() => {
+                results.into_iter().map(Found::Read).collect()
+            }
+            Ok(Ok(results)) => {
+                let why = format!(
+                    "the store's look-up answered for {} of {} jobs",
+                    results.len(),
+                    refs.len()
+                );
+                at.iter()
+                    .map(|_| Found::Read(Err(CommitError::Service(why.clone()))))
+                    .collect::<Vec<_>>()
+            }
+        };
+        for (i, result) in at.into_iter().zip(results) {
+            found[i] = result;
+        }
+        found
+    }
+
+    /// One job: decode, handle (panics caught), commit, and for a failure
+    /// record it and, if permanent, dead-letter it. `found` is what its
+    /// marker's look-up found.
+    #[allow(clippy::too_many_arguments)]
     async fn run_one(
         &self,
         queue: &QueueInfo,
         msg: &Message,
+        job: &Job<'_>,
+        found: &Found,
         deadline: Instant,
         budget: &Budget,
         contended: &AtomicU64,
     ) -> Verdict {
-        // The one place a message becomes a job: its envelope opened (if
-        // any), its id resolved, its payload found.
-        let resolved =
-            self.resolver
-                .resolve_job(msg.job_id_attribute(), &msg.body, &msg.message_id);
+        let resolved = &job.resolved;
         match resolved.as_ref().map(|j| j.source) {
             Ok(JobIdSource::MessageId) => crate::job::warn_message_id_identity(),
             Ok(JobIdSource::EnvelopeId) => {
@@ -486,24 +590,24 @@ impl<E: Send + Sync + 'static> Core<E> {
             attempt = msg.receive_count,
             payload_bytes = msg.body.len(),
         );
-        self.run_resolved(queue, msg, deadline, budget, contended, resolved)
+        self.run_resolved(queue, msg, job, found, deadline, budget, contended)
             .instrument(span)
             .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_resolved(
         &self,
         queue: &QueueInfo,
         msg: &Message,
+        job: &Job<'_>,
+        found: &Found,
         deadline: Instant,
         budget: &Budget,
         contended: &AtomicU64,
-        resolved: Result<crate::job::ResolvedJob<'_>, crate::job::InvalidJobId>,
     ) -> Verdict {
-        // The hash covers the job's payload (an enveloped job's inner
-        // message), or the whole body when there is no job to find.
+        let Job { resolved, hash } = job;
         let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
-        let hash = PayloadHash::of(payload.as_bytes());
         let job_id = resolved.as_ref().ok().map(|j| j.id.clone());
         // Before anything runs: a job its markers can no longer remember
         // could be applied twice, and its handler may act outside DynamoDB.
@@ -513,13 +617,13 @@ impl<E: Send + Sync + 'static> Core<E> {
             crate::clock::now(),
             self.marker_ttl,
         );
-        let attempt = match (&resolved, remembered) {
+        let attempt = match (resolved, remembered) {
             (Err(e), _) => Attempt::InvalidJobId(e.clone()),
             (Ok(_), Err(expired)) => Attempt::Expired(expired),
             (Ok(crate::job::ResolvedJob { id, .. }), Ok(())) => {
                 let job_ref = JobRef {
                     id,
-                    payload_hash: &hash,
+                    payload_hash: hash,
                     queue: &queue.name,
                 };
                 let meta = JobMeta {
@@ -531,7 +635,7 @@ impl<E: Send + Sync + 'static> Core<E> {
                     message_id: msg.message_id.clone(),
                     deadline,
                 };
-                let work = self.look_up_then_run(job_ref, payload, meta, budget, contended);
+                let work = self.look_up_then_run(job_ref, found, payload, meta, budget, contended);
                 let guarded = AssertUnwindSafe(work).catch_unwind();
                 match tokio::time::timeout_at(budget.abandon_at, guarded).await {
                     Err(_) => Attempt::TimedOut,
@@ -549,7 +653,7 @@ impl<E: Send + Sync + 'static> Core<E> {
             }
             _ => return verdict,
         };
-        let record = failure_record(queue, msg, job_id.map(|j| j.to_string()), &hash, failure);
+        let record = failure_record(queue, msg, job_id.map(|j| j.to_string()), hash, failure);
         tracing::warn!(
             kind = record.failure.kind.as_str(),
             error = record.failure.error,
@@ -585,34 +689,29 @@ impl<E: Send + Sync + 'static> Core<E> {
         verdict
     }
 
-    /// A job with a valid id: its marker looked up first when the store
-    /// reads markers before the handler ([`Store::look_up`]; on DynamoDB
-    /// src/store/dynamodb/commit/look_up.rs): a job already committed is
+    /// A job with a valid id: what the batch's look-up found of its marker
+    /// (`found`; [`Core::look_up`]) first: a job already committed is
     /// settled without running its handler, and its stored follow-ups are
     /// re-sent. Then it is decoded, handled and committed, a lost race
     /// re-running it within this invocation.
     async fn look_up_then_run(
         &self,
         job_ref: JobRef<'_>,
+        found: &Found,
         payload: &str,
         meta: JobMeta,
         budget: &Budget,
         contended: &AtomicU64,
     ) -> Attempt {
-        if self.store.looks_up() {
-            let found = self.store.look_up(std::slice::from_ref(&job_ref)).await;
-            match found.into_iter().next() {
-                Some(Ok(LookedUp::Absent)) => {}
-                Some(Ok(LookedUp::Settled(settled))) => {
-                    return Attempt::Commit(Ok(after_commit(&self.follow_ups, &[], settled).await));
-                }
-                Some(Err(e)) => return Attempt::Commit(Err(e)),
-                None => {
-                    return Attempt::Commit(Err(CommitError::Service(
-                        "the store's look-up answered for no job".into(),
-                    )));
-                }
+        match found {
+            Found::NotRead | Found::Read(Ok(LookedUp::Absent)) => {}
+            Found::Read(Ok(LookedUp::Settled(settled))) => {
+                let settled = settled.clone();
+                return Attempt::Commit(Ok(after_commit(&self.follow_ups, &[], settled).await));
             }
+            Found::Read(Err(e)) => return Attempt::Commit(Err(e.shared())),
+            Found::TimedOut => return Attempt::TimedOut,
+            Found::Panicked(why) => return Attempt::Panicked(why.clone()),
         }
         // A lost optimistic-concurrency race runs the job again (decoded
         // afresh), within this invocation.
@@ -798,7 +897,7 @@ pub(crate) async fn schedule<'m, F, Fut>(
     run: F,
 ) -> Vec<(Verdict, Option<Duration>)>
 where
-    F: Fn(&'m Message) -> Fut,
+    F: Fn(usize, &'m Message) -> Fut,
     Fut: std::future::Future<Output = Verdict>,
 {
     let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -842,7 +941,7 @@ where
                     std::process::abort()
                 });
                 let start = Instant::now();
-                let verdict = run(msg).await;
+                let verdict = run(i, msg).await;
                 blocked = msg.group_id.is_some() && verdict.stays_on_queue();
                 out.push((i, verdict, Some(start.elapsed())));
             }
@@ -953,7 +1052,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let verdicts = rt.block_on(schedule(messages, deadline, &config, |m| {
+        let verdicts = rt.block_on(schedule(messages, deadline, &config, |_, m| {
             ran.lock().unwrap().push(m.message_id.clone());
             let v = verdict(outcomes[&m.message_id]);
             async move {

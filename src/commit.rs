@@ -96,6 +96,24 @@ pub enum CommitError {
     Service(String),
 }
 
+impl CommitError {
+    /// The same error for another job that shared the request it came
+    /// from (a batch's look-up). A read never makes an
+    /// [`Effect`](Self::Effect) error; were one shared, its words are
+    /// kept.
+    pub(crate) fn shared(&self) -> Self {
+        match self {
+            Self::Invalid(m) => Self::Invalid(m.clone()),
+            Self::TableNotFound(t) => Self::TableNotFound(t.clone()),
+            Self::AccessDenied { needs, message } => Self::AccessDenied {
+                needs: needs.clone(),
+                message: message.clone(),
+            },
+            other => Self::Service(other.to_string()),
+        }
+    }
+}
+
 /// The job a commit is for.
 #[derive(Debug, Clone, Copy)]
 pub struct JobRef<'a> {

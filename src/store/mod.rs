@@ -20,7 +20,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -117,21 +116,6 @@ pub trait Store: Send + Sync + 'static {
     /// How long this store keeps markers: a job first enqueued that long
     /// ago or more is not run ([`crate::horizon`]).
     fn marker_ttl(&self) -> Duration;
-}
-
-/// Looks up `jobs` one read each, side by side: the default shape of
-/// [`Store::look_up`] for a store whose reads do not batch.
-pub(crate) fn look_up_each<'a, F, Fut>(
-    jobs: &'a [JobRef<'a>],
-    read: F,
-) -> BoxFuture<'a, Vec<Result<LookedUp, CommitError>>>
-where
-    F: Fn(JobRef<'a>) -> Fut + Send + 'a,
-    Fut: Future<Output = Result<LookedUp, CommitError>> + Send + 'a,
-{
-    Box::pin(futures_util::future::join_all(
-        jobs.iter().map(|job| read(*job)),
-    ))
 }
 
 /// A settled commit: its outcome and, for a duplicate, the marker as

@@ -726,10 +726,10 @@ BREAKS = [
         "terraform",
         "function.tf",
         '    actions = [\n      "dynamodb:PutItem",\n      "dynamodb:UpdateItem",\n      "dynamodb:DeleteItem",\n'
-        '      "dynamodb:ConditionCheckItem",\n      "dynamodb:GetItem",\n    ]\n'
+        '      "dynamodb:ConditionCheckItem",\n      "dynamodb:BatchGetItem",\n      "dynamodb:GetItem",\n    ]\n'
         "    resources = [aws_dynamodb_table.idemq.arn]",
         '    actions = [\n      "dynamodb:PutItem",\n      "dynamodb:UpdateItem",\n      "dynamodb:DeleteItem",\n'
-        '      "dynamodb:GetItem",\n    ]\n    resources = [aws_dynamodb_table.idemq.arn]',
+        '      "dynamodb:BatchGetItem",\n      "dynamodb:GetItem",\n    ]\n    resources = [aws_dynamodb_table.idemq.arn]',
         "missing action: ConditionCheckItem",
         "dynamodb:ConditionCheckItem on the table is not granted",
     ),

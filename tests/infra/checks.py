@@ -40,7 +40,8 @@ FUNCTION_SCOPE: dict[str, set[str]] = {
     "dynamodb:UpdateItem": {"table"},
     "dynamodb:DeleteItem": {"table"},
     "dynamodb:ConditionCheckItem": {"table"},
-    "dynamodb:GetItem": {"table"},
+    "dynamodb:GetItem": {"table"},  # one marker, after a cancelled transaction
+    "dynamodb:BatchGetItem": {"table"},  # the batch's look-up before its handlers
     "logs:CreateLogStream": {"log_group"},
     "logs:PutLogEvents": {"log_group"},
 }

@@ -19,7 +19,7 @@ use crate::config::{IdempotencyConfig, TableLayout};
 use crate::failure::{DlqError, FailureRecord};
 use crate::followup::FollowUp;
 use crate::job::JobId;
-use crate::store::{LookedUp, Settled, Store, look_up_each};
+use crate::store::{LookedUp, Settled, Store};
 
 pub mod commit;
 pub mod effect;
@@ -98,7 +98,7 @@ impl Store for DynamoDb {
         &'a self,
         jobs: &'a [JobRef<'a>],
     ) -> BoxFuture<'a, Vec<Result<LookedUp, CommitError>>> {
-        look_up_each(jobs, |job| self.committer.look_up(job))
+        Box::pin(self.committer.look_up(jobs))
     }
 
     fn commit<'a>(

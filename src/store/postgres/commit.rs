@@ -33,6 +33,7 @@
 //!
 //! [`Sql::expect_rows`]: super::Sql::expect_rows
 
+use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::task::Poll;
@@ -131,11 +132,15 @@ impl Inner {
                 Err(settled) => return settled.map(Settled::new),
             }
         };
-        match self.read_row(&mut conn, job.queue, job.id).await {
-            Ok(row) => {
+        let namespace = [self.namespace_for(job.queue)];
+        match self
+            .read_rows(&mut conn, &namespace, &[job.id.as_str()])
+            .await
+        {
+            Ok(rows) => {
                 conn.release();
-                Ok(match row {
-                    Some(row) => self.compare(job, &row),
+                Ok(match rows.first() {
+                    Some(row) => self.compare(job, row),
                     None => Settled::new(CommitOutcome::Transient {
                         reason: "the job's marker refused the commit, then was gone (expired and swept meanwhile)".into(),
                     }),
@@ -354,44 +359,74 @@ impl Inner {
         })
     }
 
-    /// The job's marker row as committed from `queue`, if any.
-    async fn read_row(
+    /// The marker rows of `jobs` (namespace, job id) in one statement.
+    async fn read_rows(
         &self,
         conn: &mut Conn<'_>,
-        queue: &str,
-        job_id: &JobId,
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let namespace = self.namespace_for(queue);
-        let id = job_id.as_str();
-        let rows = if self.prepare {
+        namespaces: &[&str],
+        ids: &[&str],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        if self.prepare {
             let wanted = [(
-                self.sql.select_marker.as_str(),
-                vec![Type::TEXT, Type::TEXT],
+                self.sql.select_markers.as_str(),
+                vec![Type::TEXT_ARRAY, Type::TEXT_ARRAY],
             )];
             let statement = conn.prepared(&wanted).await.map_err(|(_, e)| e)?;
-            conn.client().query(&statement[0], &[&namespace, &id]).await
+            conn.client()
+                .query(&statement[0], &[&namespaces, &ids])
+                .await
         } else {
             conn.client()
                 .query_typed(
-                    &self.sql.select_marker,
-                    &[(&namespace, Type::TEXT), (&id, Type::TEXT)],
+                    &self.sql.select_markers,
+                    &[(&namespaces, Type::TEXT_ARRAY), (&ids, Type::TEXT_ARRAY)],
                 )
                 .await
-        };
-        rows.map(|rows| rows.into_iter().next())
+        }
     }
 
-    /// The marker read before the handler runs.
-    pub(super) async fn look_up(&self, job: JobRef<'_>) -> Result<LookedUp, CommitError> {
-        let row = match self.read(job.queue, job.id).await {
-            Ok(row) => row,
-            Err(Ok(outcome)) => return Ok(LookedUp::Settled(Settled::new(outcome))),
-            Err(Err(e)) => return Err(e),
+    /// The markers of `jobs`, read before their handlers run: one
+    /// statement for all of them (`namespace = ANY($1) AND job_id =
+    /// ANY($2)`), so a batch pays one round trip. One result per job, in
+    /// order; a failed read is every job's failure (they shared it).
+    pub(super) async fn look_up(&self, jobs: &[JobRef<'_>]) -> Vec<Result<LookedUp, CommitError>> {
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let mut namespaces: Vec<&str> = jobs.iter().map(|j| self.namespace_for(j.queue)).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        let rows = match self.read(&namespaces, &ids).await {
+            Ok(rows) => rows,
+            Err(failure) => {
+                return jobs
+                    .iter()
+                    .map(|_| match &failure {
+                        Ok(outcome) => Ok(LookedUp::Settled(Settled::new(outcome.clone()))),
+                        Err(e) => Err(e.shared()),
+                    })
+                    .collect();
+            }
         };
-        Ok(match row {
-            None => LookedUp::Absent,
-            Some(row) => LookedUp::Settled(self.compare(job, &row)),
-        })
+        // With several namespaces the statement may also return another
+        // namespace's marker of a job id: each job takes only its own.
+        let by_key: HashMap<(String, String), Row> = rows
+            .into_iter()
+            .map(|row| ((row.get("namespace"), row.get("job_id")), row))
+            .collect();
+        jobs.iter()
+            .map(|job| {
+                let key = (
+                    self.namespace_for(job.queue).to_owned(),
+                    job.id.as_str().to_owned(),
+                );
+                Ok(match by_key.get(&key) {
+                    None => LookedUp::Absent,
+                    Some(row) => LookedUp::Settled(self.compare(*job, row)),
+                })
+            })
+            .collect()
     }
 
     /// The marker of `job_id` as committed from `queue`.
@@ -400,12 +435,15 @@ impl Inner {
         queue: &str,
         job_id: &JobId,
     ) -> Result<Option<Marker>, CommitError> {
-        let row = match self.read(queue, job_id).await {
-            Ok(row) => row,
+        let rows = match self
+            .read(&[self.namespace_for(queue)], &[job_id.as_str()])
+            .await
+        {
+            Ok(rows) => rows,
             Err(Ok(outcome)) => return Err(CommitError::Service(format!("{outcome:?}"))),
             Err(Err(e)) => return Err(e),
         };
-        Ok(row.map(|row| Marker {
+        Ok(rows.into_iter().next().map(|row| Marker {
             job_id: job_id.to_string(),
             payload_hash: PayloadHash::from_hex(row.get::<_, String>("payload_hash")),
             committed_at: Some(row.get("committed_at")),
@@ -414,20 +452,20 @@ impl Inner {
         }))
     }
 
-    /// Reads a marker row, on a fresh connection once if the pooled one
+    /// Reads marker rows, on a fresh connection once if the pooled one
     /// broke; a failure is the outcome it amounts to, or the error.
     async fn read(
         &self,
-        queue: &str,
-        job_id: &JobId,
-    ) -> Result<Option<Row>, Result<CommitOutcome, CommitError>> {
+        namespaces: &[&str],
+        ids: &[&str],
+    ) -> Result<Vec<Row>, Result<CommitOutcome, CommitError>> {
         let mut last = String::new();
         for retry in [false, true] {
             let mut conn = self.connection(retry).await?;
-            match self.read_row(&mut conn, queue, job_id).await {
-                Ok(row) => {
+            match self.read_rows(&mut conn, namespaces, ids).await {
+                Ok(rows) => {
                     conn.release();
-                    return Ok(row);
+                    return Ok(rows);
                 }
                 Err(e) => match classify(&e, None) {
                     Ok(Step::Broken(reason)) => last = reason,

@@ -74,7 +74,7 @@ use crate::config::{ConfigError, parse_bool};
 use crate::failure::{DlqError, FailureRecord, LetterKey};
 use crate::followup::FollowUp;
 use crate::job::JobId;
-use crate::store::{FailureRecords, LookedUp, Settled, Store, look_up_each};
+use crate::store::{FailureRecords, LookedUp, Settled, Store};
 
 mod commit;
 mod effect;
@@ -135,7 +135,7 @@ impl Inner {
 pub(crate) struct Statements {
     schema: String,
     insert_marker: String,
-    select_marker: String,
+    select_markers: String,
 }
 
 impl Statements {
@@ -147,9 +147,12 @@ impl Statements {
                  (namespace, job_id, payload_hash, queue, committed_at, expires_at, follow_ups) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"
             ),
-            select_marker: format!(
-                "SELECT payload_hash, queue, committed_at, expires_at, follow_ups::text AS follow_ups \
-                 FROM \"{schema}\".markers WHERE namespace = $1 AND job_id = $2"
+            // Every marker of a batch in one statement; the primary key
+            // (namespace, job_id) serves both arrays.
+            select_markers: format!(
+                "SELECT namespace, job_id, payload_hash, queue, committed_at, expires_at, \
+                 follow_ups::text AS follow_ups \
+                 FROM \"{schema}\".markers WHERE namespace = ANY($1) AND job_id = ANY($2)"
             ),
         }
     }
@@ -437,7 +440,7 @@ impl Store for Postgres {
         &'a self,
         jobs: &'a [JobRef<'a>],
     ) -> BoxFuture<'a, Vec<Result<LookedUp, CommitError>>> {
-        look_up_each(jobs, |job| self.inner.look_up(job))
+        Box::pin(self.inner.look_up(jobs))
     }
 
     fn commit<'a>(

@@ -48,9 +48,9 @@ data "aws_iam_policy_document" "function" {
     resources = [aws_sqs_queue.dlq.arn]
   }
 
-  # TransactWriteItems is authorised per item action; GetItem reads a job's
-  # marker before its handler runs (IDEMQ_READ_MARKER_FIRST) and when a
-  # transaction was cancelled without its copy. A handler whose effects
+  # TransactWriteItems is authorised per item action; BatchGetItem reads a
+  # batch's markers before its handlers run (IDEMQ_READ_MARKER_FIRST), and
+  # GetItem one marker when a transaction was cancelled without its copy. A handler whose effects
   # write other tables: effect_table_arns.
   statement {
     sid = "Table"
@@ -59,6 +59,7 @@ data "aws_iam_policy_document" "function" {
       "dynamodb:UpdateItem",
       "dynamodb:DeleteItem",
       "dynamodb:ConditionCheckItem",
+      "dynamodb:BatchGetItem",
       "dynamodb:GetItem",
     ]
     resources = [aws_dynamodb_table.idemq.arn]
@@ -79,6 +80,7 @@ data "aws_iam_policy_document" "function" {
       "dynamodb:UpdateItem",
       "dynamodb:DeleteItem",
       "dynamodb:ConditionCheckItem",
+      "dynamodb:BatchGetItem",
       "dynamodb:GetItem",
     ]
     resources = [aws_dynamodb_table.idemq.arn]

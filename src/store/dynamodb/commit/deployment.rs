@@ -32,9 +32,10 @@ pub(super) fn is_access_denied(code: Option<&str>) -> bool {
 }
 
 impl Needs {
-    /// What a consistent read of a marker needs: `GetItem` on `table`.
-    pub(super) fn read(table: &str) -> Self {
-        Self(vec![("dynamodb:GetItem", table.to_owned())])
+    /// What the look-up before the handler needs: `BatchGetItem` on
+    /// `table`.
+    pub(super) fn batch_read(table: &str) -> Self {
+        Self(vec![("dynamodb:BatchGetItem", table.to_owned())])
     }
 
     /// `dynamodb:PutItem on table a, dynamodb:UpdateItem on table b`.
