@@ -1122,3 +1122,106 @@ mod through_the_batch {
         );
     }
 }
+
+/// The batch's look-up is one `BatchGetItem`; the keys DynamoDB leaves in
+/// `UnprocessedKeys` (throttling, or the 16 MB answer limit) are asked for
+/// again, and only those.
+#[tokio::test]
+async fn the_look_up_asks_again_for_unprocessed_keys_and_only_those() {
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+    use aws_sdk_dynamodb::types::KeysAndAttributes;
+    use idemq::store::LookedUp;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let hash = PayloadHash::of(b"body");
+    let stored_hash = hash.to_string();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
+    let (c, a) = (calls.clone(), asked.clone());
+    let rule = mock!(Client::batch_get_item).then_compute_output(move |req| {
+        let keys = req.request_items().unwrap()[TABLE].keys().to_vec();
+        a.lock().unwrap().push(keys.len());
+        if c.fetch_add(1, Ordering::SeqCst) == 0 {
+            // The first answer: nothing read, every key unprocessed.
+            let again = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .unwrap();
+            return BatchGetItemOutput::builder()
+                .unprocessed_keys(TABLE, again)
+                .build();
+        }
+        // The second: each of job j-1's keys holds its marker.
+        let items = keys
+            .iter()
+            .map(|key| {
+                let mut item = marker_item(&stored_hash);
+                item.insert("pk".into(), key["pk"].clone());
+                item
+            })
+            .collect();
+        BatchGetItemOutput::builder()
+            .responses(TABLE, items)
+            .build()
+    });
+    let c = committer(client(&[&rule])).with_marker_first(true);
+    let id = JobId::new("j-1").unwrap();
+    let job = JobRef {
+        id: &id,
+        payload_hash: &hash,
+        queue: "q",
+    };
+    let found = c.look_up(&[job]).await;
+    assert_eq!(found.len(), 1);
+    match &found[0] {
+        Ok(LookedUp::Settled(settled)) => assert_eq!(settled.outcome, CommitOutcome::Duplicate),
+        other => panic!("expected the stored marker as a duplicate, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // The second request carried exactly the keys the first left unread.
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked[0], asked[1], "{asked:?}");
+}
+
+/// Keys still unprocessed after the look-up's tries fail their own job as
+/// transient (retried with backoff), not the batch, and no handler runs
+/// on a marker that was never read.
+#[tokio::test(start_paused = true)]
+async fn keys_left_unprocessed_are_a_transient_failure_of_their_job() {
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+    use aws_sdk_dynamodb::types::KeysAndAttributes;
+
+    let rule = mock!(Client::batch_get_item).then_compute_output(|req| {
+        let keys = req.request_items().unwrap()[TABLE].keys().to_vec();
+        let again = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .build()
+            .unwrap();
+        BatchGetItemOutput::builder()
+            .unprocessed_keys(TABLE, again)
+            .build()
+    });
+    let c = committer(client(&[&rule])).with_marker_first(true);
+    let hash = PayloadHash::of(b"body");
+    let (one, two) = (JobId::new("j-1").unwrap(), JobId::new("j-2").unwrap());
+    let jobs = [&one, &two].map(|id| JobRef {
+        id,
+        payload_hash: &hash,
+        queue: "q",
+    });
+    let found = c.look_up(&jobs).await;
+    assert_eq!(found.len(), 2);
+    for f in &found {
+        match f {
+            Ok(idemq::store::LookedUp::Settled(s)) => assert!(
+                matches!(&s.outcome, CommitOutcome::Transient { reason } if reason.contains("unprocessed")),
+                "{:?}",
+                s.outcome
+            ),
+            other => panic!("expected a transient failure, got {other:?}"),
+        }
+    }
+    assert!(rule.num_calls() > 1, "asked again before giving up");
+}
