@@ -87,31 +87,26 @@ impl ReadFailure {
     }
 }
 
-impl WriteError for BatchGetItemError {
-    fn is_transient(&self) -> bool {
-        self.is_provisioned_throughput_exceeded_exception()
-            || self.is_request_limit_exceeded()
-            || self.is_throttling_exception()
-            || self.is_internal_server_error()
-    }
+/// The two reads' errors classify alike: throttled or a server error is
+/// transient, a missing table a deployment error.
+macro_rules! read_error {
+    ($($error:ty),*) => {$(
+        impl WriteError for $error {
+            fn is_transient(&self) -> bool {
+                self.is_provisioned_throughput_exceeded_exception()
+                    || self.is_request_limit_exceeded()
+                    || self.is_throttling_exception()
+                    || self.is_internal_server_error()
+            }
 
-    fn is_table_missing(&self) -> bool {
-        self.is_resource_not_found_exception()
-    }
+            fn is_table_missing(&self) -> bool {
+                self.is_resource_not_found_exception()
+            }
+        }
+    )*};
 }
 
-impl WriteError for GetItemError {
-    fn is_transient(&self) -> bool {
-        self.is_provisioned_throughput_exceeded_exception()
-            || self.is_request_limit_exceeded()
-            || self.is_throttling_exception()
-            || self.is_internal_server_error()
-    }
-
-    fn is_table_missing(&self) -> bool {
-        self.is_resource_not_found_exception()
-    }
-}
+read_error!(BatchGetItemError, GetItemError);
 
 impl Committer {
     /// Whether [`Committer::look_up`] reads anything for a job at this
