@@ -86,6 +86,11 @@ impl Handler for Shaped {
         // The same writes, the fused Put a plain one, with idemq's marker.
         Ok(effect.writes().iter().cloned().collect())
     }
+
+    /// The ledger's declaration: every effect is in the `Effect`.
+    fn look_up(&self) -> idemq::handler::LookUp {
+        self.ledger.look_up()
+    }
 }
 
 /// The ledger's entry for transfer `t`, as `examples/ledger.rs` writes it.

@@ -7,7 +7,10 @@
 //! *is* the dedup marker ([`Effect::marked_by`]): it carries the job id and
 //! payload hash, and a redelivered transfer finds it and is a duplicate.
 //! Two items a job, committed in one `TransactWriteItems`: no more write
-//! units than a consumer without deduplication.
+//! units than a consumer without deduplication. Every effect of a transfer
+//! is in its `Effect`, so the ledger declares that the read of markers
+//! before its handler buys nothing ([`LookUp::NotNeeded`]): one DynamoDB
+//! request a job, the plain consumer's.
 //!
 //! - an amount ≤ 0, or a missing field, is a permanent error (DLQ now);
 //! - `"then_credit": "<account>"` in a transfer adds a follow-up job
@@ -30,7 +33,7 @@ use std::collections::HashSet;
 use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::effect::{Item, read_version};
 use idemq::followup::FollowUp;
-use idemq::handler::{Handler, JobError, JobMeta};
+use idemq::handler::{Handler, JobError, JobMeta, LookUp};
 use idemq::{Effect, Key, Write};
 use serde::Deserialize;
 
@@ -116,6 +119,14 @@ impl Handler for Ledger {
             None => effect,
         })
     }
+
+    /// Every effect of a transfer is in its `Effect` (the balance and the
+    /// entry, which is the marker), so a redelivery's commit is refused
+    /// and nothing is repeated: the read before the handler would buy
+    /// nothing (and cannot find a fused marker anyway).
+    fn look_up(&self) -> LookUp {
+        LookUp::NotNeeded
+    }
 }
 
 // ---- LEDGER_OCC=1: the credit as optimistic concurrency ----
@@ -188,6 +199,12 @@ impl Handler for OccLedger {
             Some(entry) => effect.marked_by(entry.clone()),
             None => effect,
         })
+    }
+
+    /// As the plain ledger's: every effect is in the `Effect` (the read of
+    /// the account is a read, not an effect).
+    fn look_up(&self) -> LookUp {
+        self.ledger.look_up()
     }
 }
 

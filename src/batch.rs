@@ -45,7 +45,7 @@ use crate::commit::{CommitError, CommitOutcome, JobRef};
 use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
 use crate::followup::{AfterCommit, FollowUp, FollowUpSender};
-use crate::handler::{Handler, JobError, JobMeta};
+use crate::handler::{Handler, JobError, JobMeta, LookUp};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
 use crate::queue::{CALL_TIMEOUT, QueueInfo};
@@ -230,6 +230,10 @@ trait DynHandler<E>: Send + Sync {
         payload: &str,
         meta: JobMeta,
     ) -> Result<HandlerFuture<'a, E>, serde_json::Error>;
+
+    /// What the handler says the look-up before it buys
+    /// ([`Handler::look_up`]).
+    fn declared_look_up(&self) -> LookUp;
 }
 
 /// A [`Handler`] as the batch holds it.
@@ -243,6 +247,10 @@ impl<H: Handler> DynHandler<H::Effect> for Erased<H> {
     ) -> Result<HandlerFuture<'a, H::Effect>, serde_json::Error> {
         let job = serde_json::from_str::<H::Job>(payload)?;
         Ok(Box::pin(async move { self.0.handle(job, meta).await }))
+    }
+
+    fn declared_look_up(&self) -> LookUp {
+        self.0.look_up()
     }
 }
 
@@ -499,8 +507,10 @@ impl<E: Send + Sync + 'static> Core<E> {
     /// `BatchGetItem` per 100 keys, src/store/dynamodb/commit/look_up.rs;
     /// on PostgreSQL one statement): what each job's look-up found, or
     /// [`Found::NotRead`] for a job with no valid id, one past its markers'
-    /// horizon (its run refuses it before anything is read), or a store
-    /// that reads nothing before the handler. A panic or a hang of the
+    /// horizon (its run refuses it before anything is read), a store that
+    /// reads nothing before the handler (`IDEMQ_READ_MARKER_FIRST=false`),
+    /// or a handler that says the read buys nothing
+    /// ([`LookUp::NotNeeded`]). A panic or a hang of the
     /// store is every job's that waited on it, as it would be one at a
     /// time.
     async fn look_up(
@@ -511,7 +521,7 @@ impl<E: Send + Sync + 'static> Core<E> {
         budget: &Budget,
     ) -> Vec<Found> {
         let mut found: Vec<Found> = jobs.iter().map(|_| Found::NotRead).collect();
-        if !self.store.looks_up() {
+        if !self.store.looks_up() || self.handler.declared_look_up() == LookUp::NotNeeded {
             return found;
         }
         let now = crate::clock::now();

@@ -195,6 +195,47 @@ pub trait Handler: Send + Sync + 'static {
         job: Self::Job,
         meta: JobMeta,
     ) -> impl Future<Output = Result<Self::Effect, JobError>> + Send;
+
+    /// Whether a job's marker is read before this handler runs
+    /// ([`LookUp`]). The default, [`LookUp::BeforeHandler`], is the safe
+    /// choice for a handler that acts outside its effect; a handler whose
+    /// every effect is in its `Effect` says [`LookUp::NotNeeded`] and
+    /// saves the read.
+    fn look_up(&self) -> LookUp {
+        LookUp::BeforeHandler
+    }
+}
+
+/// What the read of a job's marker before its handler buys, as the handler
+/// declares it ([`Handler::look_up`]).
+///
+/// The commit alone makes a job's *effect* apply once: a second delivery's
+/// marker write is refused and none of its effect applies. What the
+/// commit cannot undo is what the handler did *outside* its effect while
+/// it ran (a card charged, an e-mail sent, an HTTP call): only a handler
+/// that does not run again for a job already committed is safe there, and
+/// that is what the look-up buys. It costs one read per batch (on DynamoDB
+/// a consistent `BatchGetItem`, a tenth of a request per job at batch 10,
+/// and one read unit per job; on PostgreSQL one `SELECT` round trip).
+///
+/// The look-up reads the job's own marker key. A
+/// [fused](crate::Effect::marked_by) marker is the user's item, whose key
+/// idemq learns only from the effect, so the look-up cannot find it: a
+/// handler with a fused marker gains nothing from it either.
+/// `IDEMQ_READ_MARKER_FIRST=false` turns the look-up off for every
+/// handler of a deployment, whatever they declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LookUp {
+    /// Read the marker before the handler runs, and settle a job already
+    /// committed without running it (the default: the handler may act
+    /// outside its effect).
+    #[default]
+    BeforeHandler,
+    /// Run the handler without reading first: every effect of this
+    /// handler is in its `Effect` (so a duplicate's commit is refused and
+    /// nothing is repeated), or its marker is fused.
+    NotNeeded,
 }
 
 /// A [`Handler`] made from an async closure.
@@ -223,6 +264,7 @@ where
 {
     HandlerFn {
         f,
+        look_up: LookUp::BeforeHandler,
         _job: PhantomData,
     }
 }
@@ -230,7 +272,17 @@ where
 /// See [`handler_fn`].
 pub struct HandlerFn<F, J> {
     f: F,
+    look_up: LookUp,
     _job: PhantomData<fn(J)>,
+}
+
+impl<F, J> HandlerFn<F, J> {
+    /// The same handler, declaring what the look-up before it buys
+    /// ([`Handler::look_up`]; default [`LookUp::BeforeHandler`]).
+    pub fn with_look_up(mut self, look_up: LookUp) -> Self {
+        self.look_up = look_up;
+        self
+    }
 }
 
 impl<J, E, F, Fut> Handler for HandlerFn<F, J>
@@ -245,5 +297,9 @@ where
 
     fn handle(&self, job: J, meta: JobMeta) -> impl Future<Output = Result<E, JobError>> + Send {
         (self.f)(job, meta)
+    }
+
+    fn look_up(&self) -> LookUp {
+        self.look_up
     }
 }

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::Key;
 use idemq::effect::{Effect, Write};
 use idemq::followup::FollowUp;
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::handler::{JobMeta, LookUp, handler_fn};
 use idemq::testing::{KitConfig, TestKit};
 
 const TABLE: &str = "idemq";
@@ -32,6 +32,14 @@ fn event(message_id: &str, body: &str, job_id: &str, receives: u32) -> String {
 fn charging_kit(
     read_marker_first: bool,
 ) -> (TestKit<impl idemq::handler::Handler>, Arc<AtomicU32>) {
+    charging_kit_declaring(read_marker_first, LookUp::BeforeHandler)
+}
+
+/// [`charging_kit`], its handler declaring `look_up`.
+fn charging_kit_declaring(
+    read_marker_first: bool,
+    look_up: LookUp,
+) -> (TestKit<impl idemq::handler::Handler>, Arc<AtomicU32>) {
     let charges = Arc::new(AtomicU32::new(0));
     let counter = Arc::clone(&charges);
     let handler = handler_fn(move |_: serde_json::Value, meta: JobMeta| {
@@ -46,7 +54,8 @@ fn charging_kit(
                 .value(":one", AttributeValue::N("1".into()));
             Ok(Effect::new().with(count).then_send(receipt))
         }
-    });
+    })
+    .with_look_up(look_up);
     let mut config = KitConfig::new(TABLE);
     config.idempotency.read_marker_first = read_marker_first;
     (TestKit::with_config(handler, config), charges)
@@ -108,6 +117,27 @@ async fn without_the_look_up_the_handler_runs_again_and_the_commit_dedups() {
     assert_eq!(charges.load(Ordering::SeqCst), 2);
     assert_eq!(charged(&kit).as_deref(), Some("1"));
     assert_eq!(receipts(&kit), 2);
+}
+
+/// A handler that declares the look-up buys it nothing is not read for,
+/// although the deployment reads markers first: its redelivery runs it
+/// again (what it declared is safe for it) and the commit alone dedups.
+/// The same handler declaring nothing is read for and not run again.
+#[tokio::test]
+async fn a_handler_that_needs_no_look_up_is_not_read_for() {
+    for (look_up, ran) in [(LookUp::NotNeeded, 2), (LookUp::BeforeHandler, 1)] {
+        let (kit, charges) = charging_kit_declaring(true, look_up);
+        kit.run_json(&event("m-1", "{}", "c-1", 1)).await.unwrap();
+        let run = kit.run_json(&event("m-2", "{}", "c-1", 1)).await.unwrap();
+        assert!(
+            run.failed_ids().is_empty(),
+            "{look_up:?}: {:?}",
+            run.response
+        );
+        assert_eq!(charges.load(Ordering::SeqCst), ran, "{look_up:?}");
+        assert_eq!(charged(&kit).as_deref(), Some("1"), "{look_up:?}");
+        assert_eq!(receipts(&kit), 2, "{look_up:?}: the follow-up is re-sent");
+    }
 }
 
 /// A marker an earlier version wrote (no namespace, this queue) makes the

@@ -8,18 +8,21 @@ use super::{ConfigError, DEFAULT_MARKER_TTL, REPLAY_WINDOW, parse_bool, parse_du
 use crate::job::JobIdResolver;
 
 /// Whether a consumer also looks for markers written before markers were
-/// namespaced (`IDEMQ_LEGACY_MARKERS`): one consistent `GetItem` of the
-/// legacy key before each commit of a separate marker, so that a job an
-/// earlier version committed is still a duplicate after the upgrade.
-/// Legacy markers stop mattering once the last of them has expired: a
+/// namespaced (`IDEMQ_LEGACY_MARKERS`, DynamoDB): the legacy key of each
+/// job read in the batch's look-up, so that a job an earlier version
+/// committed is still a duplicate after the upgrade. Off by default: only
+/// a table written by a build from before namespaced markers holds such
+/// keys, and they stop mattering once the last of them has expired, a
 /// marker TTL after the upgrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LegacyMarkers {
-    /// Never (`off`): a table that no earlier version wrote to, or an
-    /// upgrade more than a marker TTL ago.
+    /// Never (`off`, the default): a table that no build from before
+    /// namespaced markers wrote to, or an upgrade more than a marker TTL
+    /// ago.
     Off,
-    /// Always (`read`, the default: safe for an upgrade).
+    /// Always (`read`): a table a build from before namespaced markers
+    /// wrote to.
     Read,
     /// Until this time (`until=2027-01-15T00:00:00Z`): set it to the
     /// upgrade's time plus the marker TTL.
@@ -71,7 +74,7 @@ pub struct IdempotencyConfig {
     /// Where a job's id is found (`IDEMQ_JOB_ID_POINTER`).
     pub job_id: JobIdResolver,
     /// Whether markers written before markers were namespaced are still
-    /// read (`IDEMQ_LEGACY_MARKERS`, default `read`).
+    /// read (`IDEMQ_LEGACY_MARKERS`, default `off`).
     pub legacy_markers: LegacyMarkers,
     /// Whether a job's marker is read before its handler runs
     /// (`IDEMQ_READ_MARKER_FIRST`, `true` or `false`, default
@@ -81,10 +84,12 @@ pub struct IdempotencyConfig {
 }
 
 /// Whether markers are read before the handler unless
-/// `IDEMQ_READ_MARKER_FIRST` says otherwise. On: one consistent `GetItem`
-/// per job (1 read unit) buys a handler that never runs again for a job
-/// already committed, however late the copy (the numbers are in
-/// BENCHMARKS.md).
+/// `IDEMQ_READ_MARKER_FIRST` says otherwise. On: one read of the batch's
+/// markers (on DynamoDB a consistent `BatchGetItem`, 1 read unit per job)
+/// buys a handler that never runs again for a job already committed,
+/// however late the copy; a handler whose every effect is in its `Effect`
+/// declares that it needs none ([`crate::handler::LookUp`]). The numbers
+/// are in BENCHMARKS.md.
 pub const DEFAULT_READ_MARKER_FIRST: bool = true;
 
 impl Default for IdempotencyConfig {
@@ -92,7 +97,7 @@ impl Default for IdempotencyConfig {
         Self {
             marker_ttl: DEFAULT_MARKER_TTL,
             job_id: JobIdResolver::new(),
-            legacy_markers: LegacyMarkers::Read,
+            legacy_markers: LegacyMarkers::Off,
             read_marker_first: DEFAULT_READ_MARKER_FIRST,
         }
     }
@@ -218,11 +223,12 @@ mod tests {
     }
 
     #[test]
-    fn legacy_markers_are_read_by_default_and_until_a_date() {
+    fn legacy_markers_are_off_by_default_and_read_always_or_until_a_date() {
         let c = IdempotencyConfig::from_lookup(env(&[])).unwrap();
-        assert_eq!(c.legacy_markers, LegacyMarkers::Read);
-        let c = IdempotencyConfig::from_lookup(env(&[("IDEMQ_LEGACY_MARKERS", "off")])).unwrap();
+        assert_eq!(c.legacy_markers, LegacyMarkers::Off);
         assert!(!c.legacy_markers.read_at(SystemTime::now()));
+        let c = IdempotencyConfig::from_lookup(env(&[("IDEMQ_LEGACY_MARKERS", "read")])).unwrap();
+        assert!(c.legacy_markers.read_at(SystemTime::now()));
         let c = IdempotencyConfig::from_lookup(env(&[(
             "IDEMQ_LEGACY_MARKERS",
             "until=2030-01-01T00:00:00Z",

@@ -79,7 +79,7 @@ def idemq_bin(repo) -> Path:
         return Path(os.environ["IDEMQ_BIN"])
     path = repo / "target" / "debug" / "idemq"
     if not path.exists():
-        subprocess.run(["cargo", "build", "--locked", "--quiet", "--bin", "idemq"], cwd=repo, check=True)
+        subprocess.run(["cargo", "build", "--locked", "--quiet", "-p", "idemq-cli", "--bin", "idemq"], cwd=repo, check=True)
     return path
 
 

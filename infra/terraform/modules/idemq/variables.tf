@@ -34,9 +34,9 @@ variable "namespace" {
 }
 
 variable "legacy_markers" {
-  description = "IDEMQ_LEGACY_MARKERS: read markers of versions before namespaces (read; until=<upgrade + marker TTL, RFC 3339>; off for a new table)."
+  description = "IDEMQ_LEGACY_MARKERS: read markers of versions before namespaces (off, the default, for a table no such version wrote to; read; until=<upgrade + marker TTL, RFC 3339>)."
   type        = string
-  default     = "read"
+  default     = "off"
 
   validation {
     condition     = can(regex("^(read|off|until=.+)$", var.legacy_markers))
