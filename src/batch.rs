@@ -1000,6 +1000,8 @@ fn failure_record(
         failed_at: crate::clock::now(),
         source_queue: queue.name.clone(),
         payload_hash: payload_hash.to_string(),
+        deploy: crate::failure::deploy().to_owned(),
+        idemq_version: crate::failure::IDEMQ_VERSION.to_owned(),
     }
 }
 

@@ -40,6 +40,10 @@ pub const ATTR_ATTEMPTS: &str = "idemq-attempts";
 pub const ATTR_FAILED_AT: &str = "idemq-failed-at";
 /// Dead-letter context attribute: the source queue's name.
 pub const ATTR_SOURCE_QUEUE: &str = "idemq-source-queue";
+/// Dead-letter context attribute: which deploy failed and its idemq
+/// version, `7, idemq 0.1.0` (or `idemq 0.1.0` where the deploy is not
+/// known; [`crate::failure::deploy`]).
+pub const ATTR_DEPLOY: &str = "idemq-deploy";
 /// Longest context attribute value, in bytes; the record keeps the whole
 /// error (within [`MAX_RECORD_ERROR`] and the chain caps).
 const MAX_CONTEXT_VALUE: usize = 1024;
@@ -267,8 +271,36 @@ fn bare_attributes(
 }
 
 /// The context attributes, in the order they get the spare slots.
-const CONTEXT_ATTRIBUTES: [&str; 4] =
-    [ATTR_ERROR, ATTR_ATTEMPTS, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE];
+const CONTEXT_ATTRIBUTES: [&str; 5] = [
+    ATTR_ERROR,
+    ATTR_ATTEMPTS,
+    ATTR_FAILED_AT,
+    ATTR_SOURCE_QUEUE,
+    ATTR_DEPLOY,
+];
+
+/// The value of [`ATTR_DEPLOY`] for a record: empty (left out) when the
+/// record names neither.
+fn deploy_attribute(rec: &FailureRecord) -> String {
+    match (rec.deploy.as_str(), rec.idemq_version.as_str()) {
+        ("", "") => String::new(),
+        ("", v) => format!("idemq {v}"),
+        (d, "") => d.to_owned(),
+        (d, v) => format!("{d}, idemq {v}"),
+    }
+}
+
+/// The deploy and the idemq version an [`ATTR_DEPLOY`] value names (each
+/// empty where it does not).
+pub(crate) fn parse_deploy(value: &str) -> (String, String) {
+    if let Some(v) = value.strip_prefix("idemq ") {
+        return (String::new(), v.to_owned());
+    }
+    match value.rsplit_once(", idemq ") {
+        Some((d, v)) => (d.to_owned(), v.to_owned()),
+        None => (value.to_owned(), String::new()),
+    }
+}
 
 /// At most `slots` context attributes, in [`CONTEXT_ATTRIBUTES`] order;
 /// values SQS-safe and capped, empty ones (SQS refuses them) left out.
@@ -277,7 +309,8 @@ fn context_attributes(rec: &FailureRecord, slots: usize) -> Vec<(String, Message
         ATTR_ERROR => rec.failure.full(),
         ATTR_ATTEMPTS => rec.attempt.to_string(),
         ATTR_FAILED_AT => rfc3339(rec.failed_at),
-        _ => rec.source_queue.clone(),
+        ATTR_SOURCE_QUEUE => rec.source_queue.clone(),
+        _ => deploy_attribute(rec),
     };
     CONTEXT_ATTRIBUTES
         .iter()
@@ -393,6 +426,8 @@ mod tests {
             failed_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             source_queue: "orders".into(),
             payload_hash: "h".into(),
+            deploy: "7".into(),
+            idemq_version: "0.1.0".into(),
         }
     }
 
@@ -447,7 +482,37 @@ mod tests {
             .into_iter()
             .map(|(n, _)| n)
             .collect();
-        assert_eq!(got, vec![ATTR_ATTEMPTS, ATTR_FAILED_AT]);
+        assert_eq!(got, vec![ATTR_ATTEMPTS, ATTR_FAILED_AT, ATTR_DEPLOY]);
+    }
+
+    #[test]
+    fn the_deploy_attribute_names_the_deploy_and_idemq_and_reads_back() {
+        let mut rec = record(Some("j"), "boom");
+        for (deploy, version, value) in [
+            ("7", "0.1.0", "7, idemq 0.1.0"),
+            ("", "0.1.0", "idemq 0.1.0"),
+            (
+                "git 3f2a, idemq fork",
+                "0.2.0",
+                "git 3f2a, idemq fork, idemq 0.2.0",
+            ),
+            ("$LATEST", "", "$LATEST"),
+        ] {
+            rec.deploy = deploy.into();
+            rec.idemq_version = version.into();
+            assert_eq!(deploy_attribute(&rec), value);
+            assert_eq!(parse_deploy(value), (deploy.to_owned(), version.to_owned()));
+        }
+        rec.deploy.clear();
+        rec.idemq_version.clear();
+        let names: Vec<String> = context_attributes(&rec, 9)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert!(
+            !names.iter().any(|n| n == ATTR_DEPLOY),
+            "an empty value is left out"
+        );
     }
 
     #[test]

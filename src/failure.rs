@@ -175,7 +175,58 @@ pub struct FailureRecord {
     pub source_queue: String,
     /// SHA-256 of the body, hex: the payload itself is never stored.
     pub payload_hash: String,
+    /// Which deploy of the consumer failed ([`deploy`]): empty in a
+    /// record written before records named it.
+    pub deploy: String,
+    /// The idemq version of the consumer that failed
+    /// ([`IDEMQ_VERSION`]): empty in a record written before records
+    /// named it.
+    pub idemq_version: String,
 }
+
+/// The version of idemq compiled into this program, as failure records
+/// and dead letters name it.
+pub const IDEMQ_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Which deploy of the consumer this process runs, as its failure records
+/// and dead letters name it, so that a burst of failures can be told to
+/// line up with a deploy (or not):
+///
+/// - `IDEMQ_DEPLOY`, when set: the user's own name for the build (a git
+///   commit, a release tag). A worker has nothing else to go by.
+/// - else, on Lambda, the function version Lambda runs
+///   (`AWS_LAMBDA_FUNCTION_VERSION`, one of Lambda's reserved variables,
+///   <https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime>):
+///   a published version's number (an alias invokes the version it points
+///   to, so SAM's `AutoPublishAlias` gives one number per code change), or
+///   `$LATEST`, which is the same for every deploy: set `IDEMQ_DEPLOY`
+///   when the function is invoked unpublished.
+/// - else empty: the records do not say.
+///
+/// Read from the environment once per process.
+pub fn deploy() -> &'static str {
+    static DEPLOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DEPLOY.get_or_init(|| deploy_from(|name| std::env::var(name).ok()))
+}
+
+/// [`deploy`] from `var` (the environment, or a test's).
+fn deploy_from(var: impl Fn(&str) -> Option<String>) -> String {
+    let set = |name: &str| {
+        var(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    set(DEPLOY_ENV_VAR)
+        .or_else(|| set("AWS_LAMBDA_FUNCTION_VERSION"))
+        .map(|v| truncate(&v, MAX_DEPLOY))
+        .unwrap_or_default()
+}
+
+/// The variable that names the deploy ([`deploy`]).
+pub(crate) const DEPLOY_ENV_VAR: &str = "IDEMQ_DEPLOY";
+
+/// The most bytes of a deploy's name a record keeps.
+const MAX_DEPLOY: usize = 128;
 
 /// `s` cut to at most `max` bytes (at a character boundary) plus a marker
 /// saying so and how long it was.
@@ -219,4 +270,43 @@ pub(crate) fn capped_chain(chain: &[String]) -> Vec<String> {
     kept.push(format!("… {left_out} more causes left out (chain capped)"));
     kept.push(last);
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deploy_with(vars: &[(&str, &str)]) -> String {
+        deploy_from(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn the_deploy_is_the_users_name_else_the_lambda_version_else_unsaid() {
+        assert_eq!(
+            deploy_with(&[
+                ("IDEMQ_DEPLOY", "git 3f2a9c1"),
+                ("AWS_LAMBDA_FUNCTION_VERSION", "7")
+            ]),
+            "git 3f2a9c1"
+        );
+        assert_eq!(
+            deploy_with(&[("IDEMQ_DEPLOY", " "), ("AWS_LAMBDA_FUNCTION_VERSION", "7")]),
+            "7"
+        );
+        assert_eq!(
+            deploy_with(&[("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")]),
+            "$LATEST"
+        );
+        assert_eq!(deploy_with(&[]), "");
+        let long = "x".repeat(1000);
+        let kept = deploy_with(&[("IDEMQ_DEPLOY", &long)]);
+        assert!(
+            kept.starts_with(&"x".repeat(MAX_DEPLOY)) && kept.len() < 200,
+            "{kept}"
+        );
+    }
 }

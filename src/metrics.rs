@@ -3,7 +3,9 @@
 //! On Lambda, a JSON line printed to stdout with an `_aws` member becomes
 //! CloudWatch metrics without a `PutMetricData` call (no extra latency, no
 //! extra IAM permission, no lost metrics when the function times out after
-//! printing). Namespace [`NAMESPACE`], one dimension [`QUEUE_DIMENSION`]:
+//! printing). Namespace [`NAMESPACE`], one dimension [`QUEUE_DIMENSION`],
+//! and the deploy as properties ([`DEPLOY_PROPERTY`],
+//! [`IDEMQ_VERSION_PROPERTY`]) for Logs Insights to group by:
 //!
 //! | metric             | unit         | value                               |
 //! |--------------------|--------------|-------------------------------------|
@@ -228,6 +230,12 @@ impl BatchMetrics {
     }
 }
 
+/// EMF property: which deploy emitted the line
+/// ([`crate::failure::deploy`]), left out where it is not known.
+pub const DEPLOY_PROPERTY: &str = "Deploy";
+/// EMF property: the idemq version that emitted the line.
+pub const IDEMQ_VERSION_PROPERTY: &str = "IdemqVersion";
+
 /// One EMF document declaring exactly the metrics it carries: the spec
 /// requires a root member for every declared metric.
 fn emf_line(
@@ -249,6 +257,18 @@ fn emf_line(
         root.insert(JOB_DURATION.to_owned(), Value::Array(values));
     }
     root.insert(QUEUE_DIMENSION.to_owned(), json!(queue));
+    // Which deploy emitted the line, as properties: searchable and
+    // groupable in CloudWatch Logs Insights, and no metrics of their own
+    // (a version dimension would add every metric again for each deploy,
+    // each a custom metric billed by the month).
+    let deploy = crate::failure::deploy();
+    if !deploy.is_empty() {
+        root.insert(DEPLOY_PROPERTY.to_owned(), json!(deploy));
+    }
+    root.insert(
+        IDEMQ_VERSION_PROPERTY.to_owned(),
+        json!(crate::failure::IDEMQ_VERSION),
+    );
     root.insert(
         "_aws".to_owned(),
         json!({
@@ -400,8 +420,14 @@ mod tests {
             json!([12.0, 1.5, 1.234, 0.0, 2000.0]),
             "milliseconds with 3 decimals, in order"
         );
-        // Nothing beyond the metrics, the dimension and `_aws`.
-        assert_eq!(line.as_object().unwrap().len(), COUNTERS.len() + 1 + 1 + 1);
+        assert_eq!(line[IDEMQ_VERSION_PROPERTY], crate::failure::IDEMQ_VERSION);
+        let deploy = usize::from(!crate::failure::deploy().is_empty());
+        // Nothing beyond the metrics, the dimension, the deploy's
+        // properties and `_aws`.
+        assert_eq!(
+            line.as_object().unwrap().len(),
+            COUNTERS.len() + 1 + 1 + 1 + 1 + deploy
+        );
     }
 
     #[test]

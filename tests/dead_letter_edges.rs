@@ -444,6 +444,8 @@ async fn a_failure_record_with_a_huge_error_chain_is_stored_capped() {
         failed_at: SystemTime::now(),
         source_queue: "q".into(),
         payload_hash: "h".into(),
+        deploy: String::new(),
+        idemq_version: String::new(),
     };
     dl.record(&rec).await.expect("the capped record fits");
     let back = dl.read(Some("huge-1"), "").await.unwrap().expect("stored");

@@ -101,6 +101,8 @@ async fn letters_with_records() -> Setup {
                 failed_at: idemq::clock::now(),
                 source_queue: queue_name.clone(),
                 payload_hash: "h".into(),
+                deploy: "7".into(),
+                idemq_version: idemq::failure::IDEMQ_VERSION.into(),
             })
             .await
             .unwrap();

@@ -491,6 +491,13 @@ async fn standard_batch_reports_only_the_transient_job() {
         assert_eq!(m.body(), Some(bodies[job].as_str()), "{job}: body kept");
         assert_eq!(attribute(m, "idemq-attempts"), "1", "{job}");
         assert_eq!(attribute(m, "idemq-source-queue"), q.name, "{job}");
+        // Which deploy: the function's version where Lambda's emulator
+        // names one, and always the idemq it was built with.
+        let deploy = attribute(m, "idemq-deploy");
+        assert!(
+            deploy.ends_with(&format!("idemq {}", idemq::failure::IDEMQ_VERSION)),
+            "{job}: idemq-deploy {deploy:?}"
+        );
         assert!(
             humantime::parse_rfc3339(attribute(m, "idemq-failed-at")).is_ok(),
             "{job}: idemq-failed-at"

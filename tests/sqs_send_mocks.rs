@@ -18,8 +18,8 @@ use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageB
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
 use idemq::classify::{Failure, FailureKind};
 use idemq::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter, DeadLetters,
-    DlqError, FailureRecord,
+    ATTR_ATTEMPTS, ATTR_DEPLOY, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter,
+    DeadLetters, DlqError, FailureRecord,
 };
 use idemq::producer::{Job, Producer, SendError};
 
@@ -75,6 +75,8 @@ fn record() -> FailureRecord {
         failed_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         source_queue: "orders".into(),
         payload_hash: "h".into(),
+        deploy: "7".into(),
+        idemq_version: "0.1.0".into(),
     }
 }
 
@@ -145,6 +147,7 @@ async fn a_dead_letter_refused_as_invalid_is_sent_again_bare() {
         names(&seen[0]),
         vec![
             ATTR_ATTEMPTS,
+            ATTR_DEPLOY,
             ATTR_ERROR,
             ATTR_FAILED_AT,
             "idemq-first-enqueued",

@@ -158,6 +158,7 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
             rec.failure.error
         );
         assert!(!rec.source_queue.is_empty());
+        assert_eq!(rec.idemq_version, idemq::failure::IDEMQ_VERSION, "{id}");
     }
     for m in dead.iter().filter(|m| !outage.contains(&job_id(m))) {
         let a = m.message_attributes().unwrap();

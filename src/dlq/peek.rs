@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use super::records::Records;
 use crate::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError, FailureRecord,
-    LetterKey,
+    ATTR_ATTEMPTS, ATTR_DEPLOY, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError,
+    FailureRecord, LetterKey, parse_deploy,
 };
 use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 
@@ -193,6 +193,11 @@ pub struct Context {
     pub failed_at: Option<SystemTime>,
     /// The source queue's name.
     pub source_queue: Option<String>,
+    /// Which deploy failed it ([`crate::failure::deploy`]), from the
+    /// failure record or `idemq-deploy`.
+    pub deploy: Option<String>,
+    /// The idemq version of the consumer that failed it.
+    pub idemq_version: Option<String>,
     /// The body's size in bytes (never the body itself).
     pub payload_bytes: usize,
     /// Whether the consumer's failure record of this letter was found
@@ -241,8 +246,26 @@ impl Context {
                 .filter(|q| !q.is_empty())
                 .or(source_from_arn)
                 .or_else(|| msg.attr(ATTR_SOURCE_QUEUE).map(str::to_owned)),
+            deploy: record
+                .map(|r| r.deploy.clone())
+                .or_else(|| msg.attr(ATTR_DEPLOY).map(|a| parse_deploy(a).0))
+                .filter(|d| !d.is_empty()),
+            idemq_version: record
+                .map(|r| r.idemq_version.clone())
+                .or_else(|| msg.attr(ATTR_DEPLOY).map(|a| parse_deploy(a).1))
+                .filter(|v| !v.is_empty()),
             payload_bytes: msg.body.len(),
             failure_record: record.is_some(),
+        }
+    }
+
+    /// Which deploy failed it, on one line: `7 (idemq 0.1.0)`, `-` where
+    /// neither is known.
+    pub fn deploy_line(&self) -> String {
+        match (self.deploy.as_deref(), self.idemq_version.as_deref()) {
+            (None, None) => "-".to_owned(),
+            (Some(d), None) => d.to_owned(),
+            (d, Some(v)) => format!("{} (idemq {v})", d.unwrap_or("-")),
         }
     }
 
@@ -625,9 +648,15 @@ mod tests {
             ("idemq-error", "amount 0 is not positive"),
             ("idemq-attempts", "1"),
             ("idemq-failed-at", "2026-12-01T10:00:00Z"),
+            ("idemq-deploy", "6, idemq 0.1.0"),
         ]);
         let c = Context::of(&m, None, None);
         assert_eq!(c.job_id.as_deref(), Some("j-1"));
+        assert_eq!(
+            (c.deploy.as_deref(), c.idemq_version.as_deref()),
+            (Some("6"), Some("0.1.0"))
+        );
+        assert_eq!(c.deploy_line(), "6 (idemq 0.1.0)");
         assert_eq!(c.attempts, Some(1));
         assert_eq!(c.last_error.as_deref(), Some("amount 0 is not positive"));
         assert_eq!(
@@ -653,11 +682,13 @@ mod tests {
             failed_at: UNIX_EPOCH + Duration::from_secs(5),
             source_queue: "ledger".into(),
             payload_hash: "h".into(),
+            deploy: "7".into(),
+            idemq_version: "0.1.0".into(),
         };
         let c = Context::of(&m, None, Some(&record));
         assert_eq!(
-            (c.attempts, c.source_queue.as_deref()),
-            (Some(6), Some("ledger"))
+            (c.attempts, c.source_queue.as_deref(), c.deploy.as_deref()),
+            (Some(6), Some("ledger"), Some("7"))
         );
         assert_eq!(c.error_line(), "downstream outage: connection reset");
         let json = serde_json::to_value(&c).unwrap();

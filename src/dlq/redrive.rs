@@ -1490,6 +1490,8 @@ mod tests {
             error_chain: vec!["connection reset".into()],
             failed_at: Some(UNIX_EPOCH + Duration::from_secs(at_secs)),
             source_queue: Some("q".into()),
+            deploy: None,
+            idemq_version: None,
             payload_bytes: 10,
             failure_record: true,
         }
@@ -1592,6 +1594,8 @@ mod bounds_tests {
             error_chain: vec![],
             failed_at: None,
             source_queue: None,
+            deploy: None,
+            idemq_version: None,
             payload_bytes: 0,
             failure_record: false,
         };

@@ -424,6 +424,8 @@ fn record(queue: &str, job_id: Option<&str>, message_id: &str, attempt: u32) -> 
         failed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_385_600_123),
         source_queue: queue.to_owned(),
         payload_hash: PayloadHash::of(b"{}").as_str().to_owned(),
+        deploy: format!("deploy {attempt}"),
+        idemq_version: crate::failure::IDEMQ_VERSION.to_owned(),
     }
 }
 

@@ -367,6 +367,9 @@ class Scenario:
             check(size is not None and int(size.group()) == len(body.encode()),
                   f"payload-bytes is {field('payload-bytes')!r}, the payload has {len(body.encode())} bytes")
             equal(field("failure-record"), "yes", "failure-record")
+            # The record names the idemq that failed the job (and the deploy,
+            # where the function's environment says one).
+            check("(idemq " in field("deploy"), f"deploy {field('deploy')!r} does not name idemq's version")
             check(field("failed-at") not in ("", "-"), "failed-at is empty")
             check(field("first-enqueued") not in ("", "-"), "first-enqueued is empty")
             chain = [li.get_attribute("textContent").strip() for li in b.all("#error-chain li")]

@@ -264,6 +264,60 @@ async fn a_newer_schema_is_refused() {
     assert!(err.to_string().contains("99"), "{err}");
 }
 
+/// A schema of version 1 (failure records without the deploy) is brought
+/// to this version by `idemq init` in place: its records are kept and read
+/// back as not naming a deploy, and new records name theirs.
+#[tokio::test]
+async fn init_upgrades_a_version_1_schema_and_keeps_its_records() {
+    let t = Pg::new().await;
+    let schema = t.schema();
+    t.client()
+        .batch_execute(&format!(
+            "ALTER TABLE \"{schema}\".failures DROP COLUMN deploy, DROP COLUMN idemq_version;
+             DELETE FROM \"{schema}\".schema_version WHERE version > 1;
+             INSERT INTO \"{schema}\".failures (namespace, key, job_id, message_id, attempt,
+                 kind, error, chain, failed_at, source_queue, payload_hash, expires_at)
+             VALUES ('orders', 'job#old', 'old', 'm1', 3, 'transient', 'e', '[]', now(),
+                 'orders', 'h', now() + interval '1 day');"
+        ))
+        .await
+        .unwrap();
+    let provisioned = t.store().schema().provision(&mut Vec::new()).await.unwrap();
+    assert!(
+        provisioned.created,
+        "the upgrade is a change: {}",
+        provisioned.name
+    );
+    let records = t.store().failure_records();
+    let sources = ["orders".to_owned()];
+    let old = records
+        .read_failure(&sources, Some("old"), "m1")
+        .await
+        .unwrap()
+        .expect("the version 1 record is kept");
+    assert_eq!(
+        (old.attempt, old.deploy.as_str(), old.idemq_version.as_str()),
+        (3, "", "")
+    );
+    let mut new = old.clone();
+    new.job_id = Some("new".into());
+    new.deploy = "7".into();
+    new.idemq_version = idemq::failure::IDEMQ_VERSION.into();
+    records.record_failure(&new).await.unwrap();
+    let back = records
+        .read_failure(&sources, Some("new"), "m1")
+        .await
+        .unwrap()
+        .expect("written");
+    assert_eq!(
+        (back.deploy.as_str(), back.idemq_version.as_str()),
+        ("7", idemq::failure::IDEMQ_VERSION)
+    );
+    // A second init finds nothing to do.
+    let again = t.store().schema().provision(&mut Vec::new()).await.unwrap();
+    assert!(!again.created);
+}
+
 /// Expired markers and failure records are deleted; live ones stay.
 #[tokio::test]
 async fn expired_rows_are_deleted() {
@@ -416,6 +470,8 @@ async fn nothing_the_store_sends_pins_a_session() {
         failed_at: std::time::SystemTime::now(),
         source_queue: "orders".into(),
         payload_hash: hash.as_str().to_owned(),
+        deploy: "7".into(),
+        idemq_version: idemq::failure::IDEMQ_VERSION.into(),
     };
     records.record_failure(&record).await.unwrap();
     assert!(
@@ -531,6 +587,8 @@ async fn a_failure_record_outlives_a_broken_connection() {
         failed_at: std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_385_600_123),
         source_queue: "orders".into(),
         payload_hash: PayloadHash::of(b"{}").as_str().to_owned(),
+        deploy: "7".into(),
+        idemq_version: idemq::failure::IDEMQ_VERSION.into(),
     };
     // The first record opens the connection the proxy will break.
     store.record_failure(&record(1)).await.unwrap();

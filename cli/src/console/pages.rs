@@ -658,6 +658,7 @@ pub(crate) fn letter(
         "source queue",
         ctx.source_queue.as_deref().unwrap_or("-"),
     );
+    field(&mut body, "deploy", "deploy", &ctx.deploy_line());
     field(&mut body, "error", "last error", &ctx.error_line());
     field(&mut body, "cause", "cause (grouped by)", &l.cause);
     field(

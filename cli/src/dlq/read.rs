@@ -204,6 +204,7 @@ impl Ctx {
             "source queue:  {}",
             c.source_queue.as_deref().unwrap_or("-")
         );
+        println!("deploy:        {}", c.deploy_line());
         println!("last error:    {}", c.last_error.as_deref().unwrap_or("-"));
         for (depth, e) in c.error_chain.iter().enumerate() {
             println!("  {}caused by: {e}", "  ".repeat(depth));
@@ -276,6 +277,8 @@ fn record_json(r: &FailureRecord) -> serde_json::Value {
         "error": r.failure.error,
         "error_chain": r.failure.chain,
         "source_queue": r.source_queue,
+        "deploy": r.deploy,
+        "idemq_version": r.idemq_version,
     })
 }
 

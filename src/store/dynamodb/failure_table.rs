@@ -81,6 +81,16 @@ impl FailureTable {
         if let Some(id) = &rec.job_id {
             item.insert(self.layout.job_id.clone(), s(id));
         }
+        // Which deploy failed: left out when unknown, and read back as
+        // empty from a record written before records named it.
+        for (name, value) in [
+            ("deploy", &rec.deploy),
+            ("idemq_version", &rec.idemq_version),
+        ] {
+            if !value.is_empty() {
+                item.insert(name.into(), s(value));
+            }
+        }
         let chain = capped_chain(&rec.failure.chain);
         if !chain.is_empty() {
             item.insert(
@@ -240,6 +250,8 @@ impl FailureTable {
             failed_at: humantime::parse_rfc3339(&s("failed_at")).unwrap_or(UNIX_EPOCH),
             source_queue: s("source_queue"),
             payload_hash: s(&self.layout.payload_hash),
+            deploy: s("deploy"),
+            idemq_version: s("idemq_version"),
         }
     }
 }

@@ -8,7 +8,8 @@
 //!     expires_at timestamptz NOT NULL, follow_ups jsonb,
 //!     PRIMARY KEY (namespace, job_id));
 //! CREATE INDEX … ON <schema>.markers USING brin (expires_at);
-//! CREATE TABLE <schema>.failures (…, PRIMARY KEY (namespace, key));
+//! CREATE TABLE <schema>.failures (…, deploy text, idemq_version text,
+//!     PRIMARY KEY (namespace, key));
 //! CREATE TABLE <schema>.schema_version (version integer PRIMARY KEY, …);
 //! ```
 //!
@@ -31,15 +32,16 @@ use crate::commit::CommitError;
 use crate::store::{Provision, ProvisionError, Provisioned};
 
 /// The schema version this idemq writes and reads.
-pub const VERSION: i32 = 1;
+pub const VERSION: i32 = 2;
 
 /// Rows deleted per table by one sweep, at most.
 const SWEEP_LIMIT: i64 = 5_000;
 
 /// The migrations, in order: migration `i` takes the schema from version
 /// `i` to `i + 1`. Each is idempotent.
-fn migrations(schema: &str) -> [String; 1] {
-    [format!(
+fn migrations(schema: &str) -> [String; 2] {
+    [
+        format!(
         "CREATE TABLE IF NOT EXISTS \"{schema}\".markers (
              namespace text NOT NULL,
              job_id text NOT NULL,
@@ -65,7 +67,17 @@ fn migrations(schema: &str) -> [String; 1] {
              expires_at timestamptz NOT NULL,
              PRIMARY KEY (namespace, key));
          CREATE INDEX IF NOT EXISTS failures_expires_at ON \"{schema}\".failures USING brin (expires_at);"
-    )]
+        ),
+        // Which deploy failed. A column with a constant default is added
+        // without rewriting the table
+        // (<https://www.postgresql.org/docs/current/sql-altertable.html#SQL-ALTERTABLE-NOTES>);
+        // rows from before read as empty, "not said".
+        format!(
+            "ALTER TABLE \"{schema}\".failures
+                 ADD COLUMN IF NOT EXISTS deploy text NOT NULL DEFAULT '',
+                 ADD COLUMN IF NOT EXISTS idemq_version text NOT NULL DEFAULT '';"
+        ),
+    ]
 }
 
 /// The store's schema: `idemq init` creates or upgrades it.

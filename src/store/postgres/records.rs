@@ -49,18 +49,19 @@ impl Records {
             upsert: format!(
                 "INSERT INTO \"{schema}\".failures \
                  (namespace, key, job_id, message_id, attempt, kind, error, chain, failed_at, \
-                  source_queue, payload_hash, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12) \
+                  source_queue, payload_hash, expires_at, deploy, idemq_version) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14) \
                  ON CONFLICT (namespace, key) DO UPDATE SET \
                  job_id = EXCLUDED.job_id, message_id = EXCLUDED.message_id, \
                  attempt = EXCLUDED.attempt, kind = EXCLUDED.kind, error = EXCLUDED.error, \
                  chain = EXCLUDED.chain, failed_at = EXCLUDED.failed_at, \
                  source_queue = EXCLUDED.source_queue, payload_hash = EXCLUDED.payload_hash, \
-                 expires_at = EXCLUDED.expires_at"
+                 expires_at = EXCLUDED.expires_at, deploy = EXCLUDED.deploy, \
+                 idemq_version = EXCLUDED.idemq_version"
             ),
             select: format!(
                 "SELECT namespace, key, job_id, message_id, attempt, kind, error, chain::text AS chain, \
-                 failed_at, source_queue, payload_hash FROM \"{schema}\".failures \
+                 failed_at, source_queue, payload_hash, deploy, idemq_version FROM \"{schema}\".failures \
                  WHERE namespace = ANY($1) AND key = ANY($2)"
             ),
             inner,
@@ -88,7 +89,7 @@ impl Records {
         let attempt = i32::try_from(rec.attempt).unwrap_or(i32::MAX);
         let kind = rec.failure.kind.as_str();
         let expires = rec.failed_at + self.inner.marker_ttl;
-        let params: [(&(dyn ToSql + Sync), Type); 12] = [
+        let params: [(&(dyn ToSql + Sync), Type); 14] = [
             (&namespace, Type::TEXT),
             (&key, Type::TEXT),
             (&rec.job_id, Type::TEXT),
@@ -101,6 +102,8 @@ impl Records {
             (&rec.source_queue, Type::TEXT),
             (&rec.payload_hash, Type::TEXT),
             (&expires, Type::TIMESTAMPTZ),
+            (&rec.deploy, Type::TEXT),
+            (&rec.idemq_version, Type::TEXT),
         ];
         // A connection that broke (the server restarted or failed over,
         // a proxy cut it) is tried once more on a fresh one, as a commit
@@ -221,6 +224,8 @@ fn parse(row: &Row) -> Result<FailureRecord, DlqError> {
         failed_at: row.get::<_, SystemTime>("failed_at"),
         source_queue: row.get("source_queue"),
         payload_hash: row.get("payload_hash"),
+        deploy: row.get("deploy"),
+        idemq_version: row.get("idemq_version"),
     })
 }
 
