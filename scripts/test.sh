@@ -21,10 +21,13 @@ trap cleanup EXIT
 # `ops` (the operator library) is what the CLI and the dev-dependencies
 # turn on anyway, named so that the docs and the API listing include it.
 FEATURES=testing,postgres,ops
+# Each step's header says how far into the run it starts (CI's cold run
+# has 90 minutes for all of it: these show where they go).
+section() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 # The disk is what a full run can exhaust (one target/ of ~40 test
 # binaries, the artifacts' builds, the stack's venvs): shown at both ends.
-echo "== disk: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target 2>/dev/null | cut -f1 || echo absent)"
-echo "== lint (fmt, module circles, clippy, rustdoc)"
+section "disk: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target 2>/dev/null | cut -f1 || echo absent)"
+section "lint (fmt, module circles, clippy, rustdoc)"
 cargo fmt --check
 # No two library modules import each other (directly or round a circle):
 # the store seam depends on the batch core never importing back.
@@ -44,7 +47,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features "$FEATURES" --locked
 # that is meant).
 python3 scripts/public_api.py --check docs/public-api.txt
 
-echo "== package contents (only what builds the crate ships)"
+section "package contents (only what builds the crate ships)"
 # The include list in Cargo.toml is the contract; anything else in the
 # package (scripts, infra, fixtures, charts) is a mistake.
 # Both packages: the library (idemq) and the operator CLI (idemq-cli),
@@ -61,7 +64,7 @@ for package in 'idemq:src/lib.rs:' 'idemq-cli:src/main.rs:|templates/.*|stack/.*
     fi
 done
 
-echo "== every shipped artifact, built as its user builds it (no dev-dependencies)"
+section "every shipped artifact, built as its user builds it (no dev-dependencies)"
 # The library under each feature combination, a Lambda-only function
 # outside the package and the bootstrap the SAM template deploys, the
 # idemq binary as `cargo install` builds it, and the packaged crate:
@@ -69,15 +72,15 @@ echo "== every shipped artifact, built as its user builds it (no dev-dependencie
 # them and cannot see a feature one of them forgot (scripts/artifacts.sh).
 scripts/artifacts.sh
 
-echo "== local AWS stack"
+section "local AWS stack"
 if ! scripts/stack.sh status >/dev/null 2>&1; then started_here=1; fi
 scripts/stack.sh up
 set -a; . .state/stack.env; set +a
 
-echo "== emulator wrapper self-test"
+section "emulator wrapper self-test"
 .state/venv-moto/bin/python scripts/test_moto_dynamodb.py
 
-echo "== cargo test (unit, mocked SDK, local stack, CLI)"
+section "cargo test (unit, mocked SDK, local stack, CLI)"
 # --workspace: the CLI tests run the operator binary, which is the
 # idemq-cli package's, and the local-stack tests and the browser test run
 # the examples (the ledger): built first as programs, with the tests'
@@ -88,7 +91,7 @@ cargo test --locked --workspace --all-targets --features "$FEATURES"
 # Doc examples are tests too; they share the build above.
 cargo test --locked --doc --features "$FEATURES"
 
-echo "== the PostgreSQL demo (orders example through idemq::run, checked)"
+section "the PostgreSQL demo (orders example through idemq::run, checked)"
 # The one run of a PostgreSQL consumer as its user runs it: a process
 # started by idemq::run, settings from the environment, the
 # worker's flags. With make test's features, so it reuses the build above
@@ -96,16 +99,16 @@ echo "== the PostgreSQL demo (orders example through idemq::run, checked)"
 # and the worker's 6 s idle exit.
 STORE=postgres scripts/demo.sh
 
-echo "== infra templates (rules, least privilege, cfn-lint, terraform fmt, local CloudFormation)"
+section "infra templates (rules, least privilege, cfn-lint, terraform fmt, local CloudFormation)"
 scripts/infra_test.sh
 
-echo "== chaos suite, small (make test-chaos runs it at full size)"
+section "chaos suite, small (make test-chaos runs it at full size)"
 CHAOS_JOBS=150 scripts/chaos.sh
 
 # The console as an operator uses it: headless Chromium (Debian's, installed
 # on first run) on the ledger's dead letters, read-only then with redrive
 # allowed, from the binaries cargo test built above (about a minute).
-echo "== console in a headless browser (scripts/console_test.sh)"
+section "console in a headless browser (scripts/console_test.sh)"
 scripts/browser.sh
 scripts/console_test.sh
 
@@ -120,7 +123,7 @@ scripts/console_test.sh
 # and links the example as a binary (--all-targets built it as a test harness):
 # seconds. The server is restarted so it serves this tree (it ignores edits
 # while it runs) and is stopped on every exit path from here on, before the stack.
-echo "== Lambda runtime contract (cargo lambda watch)"
+section "Lambda runtime contract (cargo lambda watch)"
 trap 'scripts/lambda.sh down || true; cleanup' EXIT
 scripts/lambda.sh down
 scripts/lambda.sh up
@@ -137,7 +140,7 @@ scripts/lambda.sh down
 # same ports as the one above, so that one is stopped first; a stack a
 # developer started (not this run) is left running, and the walkthrough
 # skipped with a note.
-echo "== getting started (a new function crate outside the repository)"
+section "getting started (a new function crate outside the repository)"
 if [ "$started_here" = 1 ]; then
     scripts/stack.sh down
     started_here=0
@@ -146,4 +149,4 @@ else
     echo "skipped: the local stack was running before make test (scripts/stack.sh down, then scripts/getting_started.sh)"
 fi
 
-echo "== disk at the end: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target | cut -f1)"
+section "disk at the end: $(df -Ph . | awk 'NR==2 {print $4}') free; target/ $(du -sh target | cut -f1)"
