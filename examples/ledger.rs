@@ -20,7 +20,10 @@
 //!   transfer's own queue, sent if and only if this transfer commits;
 //! - accounts listed in `LEDGER_FAIL_ACCOUNTS` (comma-separated) simulate a
 //!   downstream outage: their jobs fail transiently, are retried with
-//!   backoff, and end in the DLQ after maxReceiveCount receives;
+//!   backoff, and end in the DLQ after maxReceiveCount receives; an
+//!   account listed as `panic:<account>` simulates a bug instead: its
+//!   jobs panic in the handler (retried alike, the failure record naming
+//!   the panic and where it happened);
 //! - with `LEDGER_OCC=1` the credit is a read-modify-write with a version
 //!   check instead of `ADD` ([`OccLedger`]): a transfer that loses the race
 //!   on its account is run again, not dead-lettered.
@@ -70,6 +73,15 @@ impl Ledger {
     }
 }
 
+impl Ledger {
+    /// Whether `account` is listed as `panic:<account>`: a simulated bug.
+    fn panics_for(&self, account: &str) -> bool {
+        self.fail_accounts
+            .iter()
+            .any(|a| a.strip_prefix("panic:") == Some(account))
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("amount {0} is not positive")]
@@ -88,6 +100,9 @@ impl Handler for Ledger {
         }
         if self.fail_accounts.contains(&t.account) {
             return Err(JobError::transient(LedgerError::Outage(t.account)));
+        }
+        if self.panics_for(&t.account) {
+            panic!("no ledger rule for account {}", t.account);
         }
         let amount = AttributeValue::N(t.amount.to_string());
         let entry = Item::from([

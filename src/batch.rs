@@ -316,6 +316,13 @@ impl<H: Handler> Processor<H> {
     /// `sqs`, finds job ids with `resolver`. Jobs are weighed against the
     /// store's marker TTL. Hosts build it once per process
     /// ([`crate::host::Host`]).
+    ///
+    /// The first processor of a process puts a panic hook in front of the
+    /// one set then, which notes where a panic happened for its job's
+    /// failure record and calls that hook ([`crate::failure::BacktraceMode`];
+    /// none with `IDEMQ_BACKTRACE=off`). Set a hook of your own before
+    /// building the processor: one set after replaces idemq's, and a
+    /// panic's failure record then has no backtrace.
     pub fn new(
         handler: H,
         store: Arc<dyn Store<Effect = H::Effect>>,
@@ -323,6 +330,7 @@ impl<H: Handler> Processor<H> {
         resolver: JobIdResolver,
         config: BatchConfig,
     ) -> Self {
+        crate::backtrace::note_panics();
         Self {
             core: Core {
                 marker_ttl: store.marker_ttl(),
@@ -547,7 +555,7 @@ impl<E: Send + Sync + 'static> Core<E> {
         let results = match tokio::time::timeout_at(budget.abandon_at, read).await {
             Err(_) => at.iter().map(|_| Found::TimedOut).collect(),
             Ok(Err(panic)) => {
-                let why = panic_message(panic.as_ref());
+                let why = crate::backtrace::payload_text(panic.as_ref());
                 at.iter().map(|_| Found::Panicked(why.clone())).collect()
             }
             Ok(Ok(results)) if results.len() == refs.len() => {
@@ -649,7 +657,13 @@ impl<E: Send + Sync + 'static> Core<E> {
                 let guarded = AssertUnwindSafe(work).catch_unwind();
                 match tokio::time::timeout_at(budget.abandon_at, guarded).await {
                     Err(_) => Attempt::TimedOut,
-                    Ok(Err(panic)) => Attempt::Panicked(panic_message(panic.as_ref())),
+                    Ok(Err(panic)) => {
+                        // Taken on the thread the panic unwound on, before
+                        // anything else can panic there.
+                        let message = crate::backtrace::payload_text(panic.as_ref());
+                        let backtrace = crate::backtrace::take_panic(&message);
+                        Attempt::Panicked { message, backtrace }
+                    }
                     Ok(Ok(attempt)) => attempt,
                 }
             }
@@ -721,7 +735,12 @@ impl<E: Send + Sync + 'static> Core<E> {
             }
             Found::Read(Err(e)) => return Attempt::Commit(Err(e.shared())),
             Found::TimedOut => return Attempt::TimedOut,
-            Found::Panicked(why) => return Attempt::Panicked(why.clone()),
+            Found::Panicked(why) => {
+                return Attempt::Panicked {
+                    message: why.clone(),
+                    backtrace: None,
+                };
+            }
         }
         // A lost optimistic-concurrency race runs the job again (decoded
         // afresh), within this invocation.
@@ -789,6 +808,7 @@ impl<E: Send + Sync + 'static> Core<E> {
                         kind: failure.kind,
                         error: late.to_string(),
                         chain,
+                        backtrace: failure.backtrace.clone(),
                     },
                 }
             }
@@ -814,6 +834,7 @@ impl<E: Send + Sync + 'static> Core<E> {
                      to the DLQ without it having run"
                 ),
                 chain: Vec::new(),
+                backtrace: None,
             },
         )
     }
@@ -1005,14 +1026,6 @@ fn failure_record(
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string payload".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1038,6 +1051,7 @@ mod tests {
             kind: FailureKind::Transient,
             error: "x".into(),
             chain: vec![],
+            backtrace: None,
         };
         match code % 4 {
             0 => Verdict::Succeeded,

@@ -16,7 +16,12 @@ pub(crate) enum Attempt {
     InvalidJobId(InvalidJobId),
     Undecodable(serde_json::Error),
     Handler(JobError),
-    Panicked(String),
+    /// The handler panicked: its message, and where (when the panic hook
+    /// noted it: [`crate::backtrace`]).
+    Panicked {
+        message: String,
+        backtrace: Option<Box<std::backtrace::Backtrace>>,
+    },
     /// The host's deadline came before the job finished.
     TimedOut,
     /// First enqueued too long ago for its markers to remember it: not run.
@@ -79,17 +84,24 @@ pub(crate) fn classify(attempt: Attempt) -> Verdict {
         Attempt::Handler(JobError::Transient {
             source,
             retry_after,
-        }) => retry(FailureKind::Transient, source.as_ref(), retry_after),
-        Attempt::Handler(JobError::Permanent { source }) => {
-            dead(FailureKind::Permanent, source.as_ref())
-        }
+            backtrace,
+        }) => Verdict::Retry {
+            failure: failure(FailureKind::Transient, source.as_ref()).at(backtrace.as_deref()),
+            retry_after,
+        },
+        Attempt::Handler(JobError::Permanent { source, backtrace }) => Verdict::DeadLetter {
+            failure: failure(FailureKind::Permanent, source.as_ref()).at(backtrace.as_deref()),
+        },
         // A panic may be a bug that a deploy fixes: retried, and SQS's
         // redrive stops it after maxReceiveCount.
-        Attempt::Panicked(msg) => retry(
-            FailureKind::Panic,
-            &Message(format!("handler panicked: {msg}")),
-            None,
-        ),
+        Attempt::Panicked { message, backtrace } => Verdict::Retry {
+            failure: failure(
+                FailureKind::Panic,
+                &Message(format!("handler panicked: {message}")),
+            )
+            .at(backtrace.as_deref()),
+            retry_after: None,
+        },
         // Running it could apply it twice: an operator decides.
         Attempt::Expired(e) => dead(FailureKind::Expired, &e),
         Attempt::TimedOut => retry(
@@ -233,6 +245,17 @@ fn failure(kind: FailureKind, err: &(dyn Error + 'static)) -> Failure {
         kind,
         error: text(err),
         chain,
+        backtrace: None,
+    }
+}
+
+impl Failure {
+    /// This failure, with where it happened (rendered and capped as a
+    /// failure record keeps it).
+    fn at(mut self, backtrace: Option<&std::backtrace::Backtrace>) -> Self {
+        self.backtrace = backtrace
+            .and_then(|bt| crate::backtrace::render(bt, crate::backtrace::MAX_RECORD_BACKTRACE));
+        self
     }
 }
 
@@ -809,7 +832,10 @@ mod tests {
 
     #[test]
     fn panics_and_timeouts_are_retried() {
-        let v = classify(Attempt::Panicked("index out of bounds".into()));
+        let v = classify(Attempt::Panicked {
+            message: "index out of bounds".into(),
+            backtrace: None,
+        });
         assert!(matches!(&v, Verdict::Retry { failure, .. }
             if failure.kind == FailureKind::Panic && failure.error.contains("index out of bounds")));
         assert!(classify(Attempt::TimedOut).stays_on_queue());

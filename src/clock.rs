@@ -40,6 +40,11 @@ pub fn now() -> SystemTime {
     }
 }
 
+/// Whether this thread runs a simulation ([`simulate`]).
+pub(crate) fn is_simulated() -> bool {
+    VIRTUAL_WALL.get().is_some()
+}
+
 /// Runs `f` with the jitter source: this thread's generator, or on a
 /// simulated thread the generator seeded by [`simulate`].
 pub(crate) fn with_jitter<T>(f: impl FnOnce(&mut dyn rand::Rng) -> T) -> T {
@@ -58,7 +63,10 @@ pub(crate) fn random_u128() -> u128 {
 
 /// From now on this thread's wall clock reads `epoch` plus the time tokio's
 /// clock (call it inside the runtime) moves from here, and the jitter comes
-/// from a generator seeded with `seed`. Until [`real`] is called.
+/// from a generator seeded with `seed`. Until [`real`] is called. No
+/// backtrace of a failure is captured meanwhile: its frames name the
+/// harness's own call sites, and naming them takes real time, neither of
+/// which a replay of the seed may depend on.
 pub fn simulate(epoch: SystemTime, seed: u64) {
     VIRTUAL_WALL.set(Some((epoch, Instant::now())));
     SEEDED.set(Some(Jitter::seeded(seed)));

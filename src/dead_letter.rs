@@ -44,6 +44,10 @@ pub const ATTR_SOURCE_QUEUE: &str = "idemq-source-queue";
 /// version, `7, idemq 0.1.0` (or `idemq 0.1.0` where the deploy is not
 /// known; [`crate::failure::deploy`]).
 pub const ATTR_DEPLOY: &str = "idemq-deploy";
+/// Dead-letter context attribute: where it failed, the first frames of
+/// the failure's backtrace (the user's first; the failure record keeps
+/// the rest: [`crate::failure::Failure::backtrace`]).
+pub const ATTR_BACKTRACE: &str = "idemq-backtrace";
 /// Longest context attribute value, in bytes; the record keeps the whole
 /// error (within [`MAX_RECORD_ERROR`] and the chain caps).
 const MAX_CONTEXT_VALUE: usize = 1024;
@@ -87,7 +91,8 @@ impl DeadLetters {
     ///   with nine attributes of its own has no slot for it (logged);
     /// - the context only takes the attribute slots that the producer's
     ///   attributes and `idemq-job-id` leave of SQS's 10,
-    ///   filled in the order error, attempts, failed-at, source queue; every
+    ///   filled in the order error, attempts, failed-at, source queue,
+    ///   deploy, backtrace (its first frames); every
     ///   value has characters SQS refuses replaced with U+FFFD and is capped;
     /// - if the copy would not fit the DLQ's `MaximumMessageSize`, the
     ///   context is left out (the failure record keeps it);
@@ -271,13 +276,39 @@ fn bare_attributes(
 }
 
 /// The context attributes, in the order they get the spare slots.
-const CONTEXT_ATTRIBUTES: [&str; 5] = [
+const CONTEXT_ATTRIBUTES: [&str; 6] = [
     ATTR_ERROR,
     ATTR_ATTEMPTS,
     ATTR_FAILED_AT,
     ATTR_SOURCE_QUEUE,
     ATTR_DEPLOY,
+    ATTR_BACKTRACE,
 ];
+
+/// The value of [`ATTR_BACKTRACE`]: as many whole frames of the record's
+/// backtrace as fit [`MAX_CONTEXT_VALUE`], and a line saying so when some
+/// do not. Empty (left out) when the record has none.
+fn backtrace_attribute(rec: &FailureRecord) -> String {
+    let Some(bt) = rec.failure.backtrace.as_deref() else {
+        return String::new();
+    };
+    let bt = sqs_text(bt);
+    if bt.len() <= MAX_CONTEXT_VALUE {
+        return bt;
+    }
+    const NOTE: &str = "\n… (the failure record has the whole backtrace)";
+    let mut end = 0;
+    for (at, _) in bt.match_indices('\n') {
+        if at + NOTE.len() > MAX_CONTEXT_VALUE {
+            break;
+        }
+        // A frame's location line stays with its name.
+        if !bt[at + 1..].starts_with("    at ") {
+            end = at;
+        }
+    }
+    format!("{}{NOTE}", &bt[..end])
+}
 
 /// The value of [`ATTR_DEPLOY`] for a record: empty (left out) when the
 /// record names neither.
@@ -310,7 +341,8 @@ fn context_attributes(rec: &FailureRecord, slots: usize) -> Vec<(String, Message
         ATTR_ATTEMPTS => rec.attempt.to_string(),
         ATTR_FAILED_AT => rfc3339(rec.failed_at),
         ATTR_SOURCE_QUEUE => rec.source_queue.clone(),
-        _ => deploy_attribute(rec),
+        ATTR_DEPLOY => deploy_attribute(rec),
+        _ => backtrace_attribute(rec),
     };
     CONTEXT_ATTRIBUTES
         .iter()
@@ -422,6 +454,7 @@ mod tests {
                 kind: FailureKind::Permanent,
                 error: error.into(),
                 chain: vec![],
+                backtrace: Some("orders::charge\n    at ./src/main.rs:9:5".into()),
             },
             failed_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
             source_queue: "orders".into(),
@@ -482,7 +515,32 @@ mod tests {
             .into_iter()
             .map(|(n, _)| n)
             .collect();
-        assert_eq!(got, vec![ATTR_ATTEMPTS, ATTR_FAILED_AT, ATTR_DEPLOY]);
+        assert_eq!(
+            got,
+            vec![ATTR_ATTEMPTS, ATTR_FAILED_AT, ATTR_DEPLOY, ATTR_BACKTRACE]
+        );
+    }
+
+    #[test]
+    fn the_backtrace_attribute_keeps_whole_frames_within_its_cap() {
+        let mut rec = record(Some("j"), "boom");
+        assert_eq!(
+            backtrace_attribute(&rec),
+            "orders::charge\n    at ./src/main.rs:9:5"
+        );
+        let frames: Vec<String> = (0..100)
+            .map(|i| format!("orders::step_{i}\n    at ./src/main.rs:{i}:5"))
+            .collect();
+        rec.failure.backtrace = Some(frames.join("\n"));
+        let value = backtrace_attribute(&rec);
+        assert!(value.len() <= MAX_CONTEXT_VALUE, "{}", value.len());
+        assert!(value.starts_with(&frames[..3].join("\n")), "{value}");
+        let kept = value.lines().filter(|l| l.starts_with("orders::")).count();
+        let located = value.lines().filter(|l| l.starts_with("    at ")).count();
+        assert!(kept > 10 && kept == located, "{value}");
+        assert!(value.ends_with("the failure record has the whole backtrace)"));
+        rec.failure.backtrace = None;
+        assert_eq!(backtrace_attribute(&rec), "");
     }
 
     #[test]

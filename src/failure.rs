@@ -7,6 +7,8 @@
 
 use std::time::SystemTime;
 
+pub use crate::backtrace::{BacktraceMode, MAX_RECORD_BACKTRACE};
+
 /// Why a job failed: what failure records and DLQ attributes carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -16,6 +18,13 @@ pub struct Failure {
     pub error: String,
     /// The error's `source()` chain, outermost first (without `error`).
     pub chain: Vec<String>,
+    /// Where it failed, for a handler's error or panic: the frames of the
+    /// user's code first, the rest folded, at most
+    /// [`MAX_RECORD_BACKTRACE`] bytes, as [`BacktraceMode`] captures it.
+    /// `None` when none was captured
+    /// (`IDEMQ_BACKTRACE=off`, a failure of idemq's own such as a
+    /// conflict, or a record written before records kept it).
+    pub backtrace: Option<String>,
 }
 
 impl Failure {

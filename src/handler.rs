@@ -1,6 +1,7 @@
 //! The user's side of the contract: a [`Handler`] receives a decoded job and
 //! returns its [`Effect`](Handler::Effect), or a [`JobError`] that says whether to retry.
 
+use std::backtrace::Backtrace;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -61,6 +62,8 @@ pub enum JobError {
         source: BoxError,
         /// The handler's own delay before the next attempt.
         retry_after: Option<Duration>,
+        /// Where the error was made ([`JobError::backtrace`]).
+        backtrace: Option<Box<Backtrace>>,
     },
     /// Trying again cannot help (bad input, a business rule): the job goes
     /// to the DLQ now, with its context.
@@ -68,6 +71,8 @@ pub enum JobError {
     Permanent {
         /// What went wrong, with its own `source()` chain.
         source: BoxError,
+        /// Where the error was made ([`JobError::backtrace`]).
+        backtrace: Option<Box<Backtrace>>,
     },
 }
 
@@ -87,6 +92,7 @@ impl JobError {
         Self::Transient {
             source: source.into(),
             retry_after: None,
+            backtrace: crate::backtrace::capture(),
         }
     }
 
@@ -96,6 +102,7 @@ impl JobError {
         Self::Transient {
             source: source.into(),
             retry_after: Some(after),
+            backtrace: crate::backtrace::capture(),
         }
     }
 
@@ -103,6 +110,7 @@ impl JobError {
     pub fn permanent(source: impl Into<BoxError>) -> Self {
         Self::Permanent {
             source: source.into(),
+            backtrace: crate::backtrace::capture(),
         }
     }
 
@@ -114,14 +122,27 @@ impl JobError {
     /// The error the handler reported (its `source()` chain included).
     pub fn source_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         match self {
-            Self::Transient { source, .. } | Self::Permanent { source } => source.as_ref(),
+            Self::Transient { source, .. } | Self::Permanent { source, .. } => source.as_ref(),
+        }
+    }
+
+    /// Where the error was made: captured by the constructor (and so by
+    /// `?`) when `IDEMQ_BACKTRACE` says so
+    /// ([`BacktraceMode`](crate::failure::BacktraceMode); on by
+    /// default). The failure record and the dead letter keep it, the
+    /// frames of your code first.
+    pub fn backtrace(&self) -> Option<&Backtrace> {
+        match self {
+            Self::Transient { backtrace, .. } | Self::Permanent { backtrace, .. } => {
+                backtrace.as_deref()
+            }
         }
     }
 
     /// The error the handler reported, owned.
     pub fn into_source(self) -> BoxError {
         match self {
-            Self::Transient { source, .. } | Self::Permanent { source } => source,
+            Self::Transient { source, .. } | Self::Permanent { source, .. } => source,
         }
     }
 }
@@ -130,7 +151,7 @@ impl std::fmt::Display for JobError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Transient { source, .. } => write!(f, "transient: {source}"),
-            Self::Permanent { source } => write!(f, "permanent: {source}"),
+            Self::Permanent { source, .. } => write!(f, "permanent: {source}"),
         }
     }
 }

@@ -7,7 +7,10 @@
 //!
 //! [`BatchService`] is that batch handler as a `tower::Service`, for a team
 //! that owns its `main`: it runs under `lambda_runtime::run`, behind any
-//! layers of your own. It installs no subscriber and no panic hook.
+//! layers of your own. It installs no subscriber, and leaves your panic
+//! hook in charge: the processor only puts a hook in front of it that
+//! notes where a panic happened for the job's failure record, then calls
+//! yours ([`Processor::new`](crate::batch::Processor::new)).
 //! [`idemq::run`](crate::run) is the same service with idemq's defaults.
 
 use std::collections::HashMap;
@@ -48,7 +51,7 @@ const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), lambda_runtime::Error> {
-///     // Your subscriber and panic hook: idemq leaves both alone here.
+///     // Your subscriber and panic hook, set before the service is built.
 ///     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
 ///     let handler = handler_fn(|_job: serde_json::Value, _meta: JobMeta| async {
 ///         Ok(idemq::Effect::new())

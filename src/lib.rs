@@ -54,6 +54,8 @@
 //!   marker row and the handler's SQL in one pipelined transaction;
 //! - [`commit`]: what a commit can end in, whichever store made it;
 //! - [`failure`]: why a job failed, and the record kept of it;
+//!   where it failed is a backtrace (`src/backtrace.rs`: captured,
+//!   folded, capped; [`failure::BacktraceMode`]);
 //! - [`backoff`]: retry delays (exponential, full jitter) and the check
 //!   that retries fit the queue's retention;
 //! - [`queue`]: what idemq reads of a source queue, and the SQS calls
@@ -87,6 +89,7 @@
 
 mod attribute;
 pub mod backoff;
+mod backtrace;
 pub mod batch;
 pub mod classify;
 pub mod clock;

@@ -44,7 +44,8 @@ mod logging;
 /// panic hook is left as the program set it (or as Rust's default): idemq
 /// never replaces a hook next to a logging setup it does not own. Either
 /// way a handler's panic fails that job only, and the job's failure record
-/// carries the panic message.
+/// carries the panic message and where it happened (the batch processor
+/// notes that in front of whichever hook is set: `IDEMQ_BACKTRACE`).
 ///
 /// Handler error and panic texts are logged and stored as they are (failure
 /// records, the `idemq-error` DLQ attribute): they must not carry payload

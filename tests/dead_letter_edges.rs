@@ -25,6 +25,7 @@ use idemq::dead_letter::{
     ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, FailureRecord, MAX_RECORD_CHAIN,
     MAX_RECORD_ERROR,
 };
+use idemq::failure::MAX_RECORD_BACKTRACE;
 use idemq::handler::{JobError, JobMeta, handler_fn};
 use idemq::init::InitReport;
 use idemq::producer::{Job, Producer};
@@ -422,7 +423,7 @@ async fn ten_attribute_dead_letters_die_and_are_redriven_twice() {
 /// An error chain far over DynamoDB's 400 KB item limit
 /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Constraints.html#limits-items>)
 /// is stored capped, with the root cause and a marker, instead of making
-/// the PutItem fail and the context disappear.
+/// the PutItem fail and the context disappear; so is a backtrace.
 #[tokio::test]
 async fn a_failure_record_with_a_huge_error_chain_is_stored_capped() {
     let sdk = sdk().await;
@@ -440,6 +441,8 @@ async fn a_failure_record_with_a_huge_error_chain_is_stored_capped() {
             kind: FailureKind::Transient,
             error: "e".repeat(500_000),
             chain,
+            // Made by hand past its cap: the store caps it again.
+            backtrace: Some("app::deep\n    at ./src/deep.rs:1:1\n".repeat(20_000)),
         },
         failed_at: SystemTime::now(),
         source_queue: "q".into(),
@@ -454,6 +457,9 @@ async fn a_failure_record_with_a_huge_error_chain_is_stored_capped() {
     let total: usize = back.failure.chain.iter().map(|e| e.len() + 1).sum();
     assert!(total <= MAX_RECORD_CHAIN, "{total}");
     assert_eq!(back.failure.chain.last().unwrap(), "root cause: disk full");
+    let bt = back.failure.backtrace.as_deref().expect("kept");
+    assert!(bt.len() <= MAX_RECORD_BACKTRACE + 32, "{}", bt.len());
+    assert!(bt.starts_with("app::deep\n    at ./src/deep.rs:1:1\n"));
     assert!(back.failure.chain[0].starts_with("layer 0: "));
     assert!(
         back.failure

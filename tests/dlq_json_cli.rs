@@ -97,6 +97,7 @@ async fn letters_with_records() -> Setup {
                     kind: FailureKind::Transient,
                     error: "ledger unavailable".into(),
                     chain: vec!["connection refused".into()],
+                    backtrace: Some(BACKTRACE.into()),
                 },
                 failed_at: idemq::clock::now(),
                 source_queue: queue_name.clone(),
@@ -114,6 +115,9 @@ async fn letters_with_records() -> Setup {
         queue_name,
     }
 }
+
+/// A failure record's backtrace, as the consumer renders it.
+const BACKTRACE: &str = "ledger::charge\n    at ./src/main.rs:9:5\n… 31 frames of idemq, the runtime, dependencies and std folded";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -220,6 +224,16 @@ fn failure_records_looked_for_in_the_wrong_namespace_are_warned_about() {
         serde_json::json!(["connection refused"])
     );
     assert_eq!(v["failure_record"]["source_queue"], s.queue_name.as_str());
+    assert_eq!(v["failure_record"]["backtrace"], BACKTRACE);
+    assert_eq!(v["letter"]["backtrace"], BACKTRACE);
+    // The text form prints it under `where:`, indented.
+    let o = idemq_with(&right, &[&["dlq", "show", "j-1"][..], &dlq].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("where:\n  ledger::charge\n      at ./src/main.rs:9:5\n  … 31 frames"),
+        "{text}"
+    );
     let o = idemq_with(
         &wrong,
         &[&["dlq", "show", "j-1", "--json"][..], &dlq].concat(),

@@ -71,6 +71,7 @@ fn record() -> FailureRecord {
             kind: FailureKind::Permanent,
             error: "amount is not positive".into(),
             chain: vec![],
+            backtrace: None,
         },
         failed_at: UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         source_queue: "orders".into(),

@@ -159,6 +159,13 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
         );
         assert!(!rec.source_queue.is_empty());
         assert_eq!(rec.idemq_version, idemq::failure::IDEMQ_VERSION, "{id}");
+        // Where: the ledger's handler made the error, its frame first.
+        let bt = rec.failure.backtrace.as_deref().unwrap_or_default();
+        let first_at = bt.lines().nth(1).unwrap_or_default();
+        assert!(
+            first_at.starts_with("    at ") && first_at.contains("examples/ledger.rs:"),
+            "{id}: {bt}"
+        );
     }
     for m in dead.iter().filter(|m| !outage.contains(&job_id(m))) {
         let a = m.message_attributes().unwrap();
@@ -170,6 +177,14 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
         assert!(
             err.contains("not positive") || err.contains("does not decode"),
             "{err}"
+        );
+        // The handler's refusal says where; idemq's refusal to decode has
+        // no backtrace.
+        assert_eq!(
+            get("idemq-backtrace").contains("examples/ledger.rs:"),
+            err.contains("not positive"),
+            "{}",
+            get("idemq-backtrace")
         );
         let rec = dl
             .read(Some(&job_id(m)), "")

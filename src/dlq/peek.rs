@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use super::records::Records;
 use crate::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_DEPLOY, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DlqError,
-    FailureRecord, LetterKey, parse_deploy,
+    ATTR_ATTEMPTS, ATTR_BACKTRACE, ATTR_DEPLOY, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE,
+    DlqError, FailureRecord, LetterKey, parse_deploy,
 };
 use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 
@@ -198,6 +198,9 @@ pub struct Context {
     pub deploy: Option<String>,
     /// The idemq version of the consumer that failed it.
     pub idemq_version: Option<String>,
+    /// Where it failed (a handler's error or panic): the user's frames
+    /// first, from the failure record or `idemq-backtrace`.
+    pub backtrace: Option<String>,
     /// The body's size in bytes (never the body itself).
     pub payload_bytes: usize,
     /// Whether the consumer's failure record of this letter was found
@@ -254,6 +257,10 @@ impl Context {
                 .map(|r| r.idemq_version.clone())
                 .or_else(|| msg.attr(ATTR_DEPLOY).map(|a| parse_deploy(a).1))
                 .filter(|v| !v.is_empty()),
+            backtrace: record
+                .map(|r| r.failure.backtrace.clone())
+                .unwrap_or_else(|| msg.attr(ATTR_BACKTRACE).map(str::to_owned))
+                .filter(|b| !b.is_empty()),
             payload_bytes: msg.body.len(),
             failure_record: record.is_some(),
         }
@@ -678,6 +685,7 @@ mod tests {
                 kind: FailureKind::Transient,
                 error: "downstream outage".into(),
                 chain: vec!["connection\nreset".into()],
+                backtrace: None,
             },
             failed_at: UNIX_EPOCH + Duration::from_secs(5),
             source_queue: "ledger".into(),

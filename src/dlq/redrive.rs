@@ -1492,6 +1492,7 @@ mod tests {
             source_queue: Some("q".into()),
             deploy: None,
             idemq_version: None,
+            backtrace: None,
             payload_bytes: 10,
             failure_record: true,
         }
@@ -1596,6 +1597,7 @@ mod bounds_tests {
             source_queue: None,
             deploy: None,
             idemq_version: None,
+            backtrace: None,
             payload_bytes: 0,
             failure_record: false,
         };

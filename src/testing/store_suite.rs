@@ -420,6 +420,9 @@ fn record(queue: &str, job_id: Option<&str>, message_id: &str, attempt: u32) -> 
             kind: FailureKind::Transient,
             error: format!("attempt {attempt} failed"),
             chain: vec!["timed out".into(), "connection reset".into()],
+            backtrace: (attempt % 2 == 1).then(|| {
+                format!("orders::charge\n    at ./src/main.rs:{attempt}:5\n… 31 frames folded")
+            }),
         },
         failed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_385_600_123),
         source_queue: queue.to_owned(),

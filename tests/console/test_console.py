@@ -372,6 +372,12 @@ class Scenario:
             check("(idemq " in field("deploy"), f"deploy {field('deploy')!r} does not name idemq's version")
             check(field("failed-at") not in ("", "-"), "failed-at is empty")
             check(field("first-enqueued") not in ("", "-"), "first-enqueued is empty")
+            # Where the ledger's handler made the error: its frame first, the
+            # rest folded into one line.
+            where = b.text("#backtrace")
+            check(where.splitlines()[1:2] and "examples/ledger.rs:" in where.splitlines()[1]
+                  and "folded" in where.splitlines()[-1],
+                  f"#backtrace does not show the ledger's frame first: {where[:400]!r}")
             chain = [li.get_attribute("textContent").strip() for li in b.all("#error-chain li")]
             check(any("downstream outage for account acct-outage" in e for e in chain),
                   f"#error-chain {chain} lacks the handler's error")

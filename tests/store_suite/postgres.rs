@@ -264,16 +264,18 @@ async fn a_newer_schema_is_refused() {
     assert!(err.to_string().contains("99"), "{err}");
 }
 
-/// A schema of version 1 (failure records without the deploy) is brought
-/// to this version by `idemq init` in place: its records are kept and read
-/// back as not naming a deploy, and new records name theirs.
+/// A schema of version 1 (failure records without the deploy or the
+/// backtrace) is brought to this version by `idemq init` in place: its
+/// records are kept and read back as naming neither, and new records keep
+/// both.
 #[tokio::test]
 async fn init_upgrades_a_version_1_schema_and_keeps_its_records() {
     let t = Pg::new().await;
     let schema = t.schema();
     t.client()
         .batch_execute(&format!(
-            "ALTER TABLE \"{schema}\".failures DROP COLUMN deploy, DROP COLUMN idemq_version;
+            "ALTER TABLE \"{schema}\".failures DROP COLUMN deploy, DROP COLUMN idemq_version,
+                 DROP COLUMN backtrace;
              DELETE FROM \"{schema}\".schema_version WHERE version > 1;
              INSERT INTO \"{schema}\".failures (namespace, key, job_id, message_id, attempt,
                  kind, error, chain, failed_at, source_queue, payload_hash, expires_at)
@@ -296,13 +298,19 @@ async fn init_upgrades_a_version_1_schema_and_keeps_its_records() {
         .unwrap()
         .expect("the version 1 record is kept");
     assert_eq!(
-        (old.attempt, old.deploy.as_str(), old.idemq_version.as_str()),
-        (3, "", "")
+        (
+            old.attempt,
+            old.deploy.as_str(),
+            old.idemq_version.as_str(),
+            old.failure.backtrace.as_deref()
+        ),
+        (3, "", "", None)
     );
     let mut new = old.clone();
     new.job_id = Some("new".into());
     new.deploy = "7".into();
     new.idemq_version = idemq::failure::IDEMQ_VERSION.into();
+    new.failure.backtrace = Some("orders::charge\n    at ./src/main.rs:9:5".into());
     records.record_failure(&new).await.unwrap();
     let back = records
         .read_failure(&sources, Some("new"), "m1")
@@ -313,6 +321,7 @@ async fn init_upgrades_a_version_1_schema_and_keeps_its_records() {
         (back.deploy.as_str(), back.idemq_version.as_str()),
         ("7", idemq::failure::IDEMQ_VERSION)
     );
+    assert_eq!(back.failure.backtrace, new.failure.backtrace);
     // A second init finds nothing to do.
     let again = t.store().schema().provision(&mut Vec::new()).await.unwrap();
     assert!(!again.created);
@@ -466,6 +475,7 @@ async fn nothing_the_store_sends_pins_a_session() {
             kind: idemq::failure::FailureKind::Transient,
             error: "e".into(),
             chain: vec![],
+            backtrace: None,
         },
         failed_at: std::time::SystemTime::now(),
         source_queue: "orders".into(),
@@ -582,6 +592,7 @@ async fn a_failure_record_outlives_a_broken_connection() {
             kind: FailureKind::Transient,
             error: format!("attempt {attempt}"),
             chain: vec![],
+            backtrace: None,
         },
         // Whole milliseconds: the stores keep no finer time than that.
         failed_at: std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_385_600_123),

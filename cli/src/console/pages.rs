@@ -705,7 +705,18 @@ pub(crate) fn letter(
     for e in &chain {
         let _ = write!(body, "<li>{}</li>", esc(e));
     }
-    body.push_str("</ol><h2>Message attributes</h2><table id=\"attributes\"><tr><th>name</th><th>type</th><th>value</th></tr>");
+    // Where it failed: the user's frames first, idemq's and the runtime's
+    // folded into one line (src/backtrace.rs).
+    body.push_str("</ol><h2>Where it failed</h2>");
+    match ctx.backtrace.as_deref() {
+        Some(bt) => {
+            let _ = write!(body, "<pre id=\"backtrace\">{}</pre>", esc(bt));
+        }
+        None => body.push_str(
+            "<p id=\"backtrace\" class=\"note\">no backtrace: not a handler's error or panic, or not captured (IDEMQ_BACKTRACE)</p>",
+        ),
+    }
+    body.push_str("<h2>Message attributes</h2><table id=\"attributes\"><tr><th>name</th><th>type</th><th>value</th></tr>");
     let mut names: Vec<&String> = m.attributes.keys().collect();
     names.sort();
     for name in names {

@@ -209,6 +209,12 @@ impl Ctx {
         for (depth, e) in c.error_chain.iter().enumerate() {
             println!("  {}caused by: {e}", "  ".repeat(depth));
         }
+        if let Some(bt) = &c.backtrace {
+            println!("where:");
+            for line in bt.lines() {
+                println!("  {line}");
+            }
+        }
         if let Some(g) = msg.group_id() {
             println!("group id:      {g}");
         }
@@ -279,6 +285,7 @@ fn record_json(r: &FailureRecord) -> serde_json::Value {
         "source_queue": r.source_queue,
         "deploy": r.deploy,
         "idemq_version": r.idemq_version,
+        "backtrace": r.failure.backtrace,
     })
 }
 

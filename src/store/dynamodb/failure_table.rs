@@ -12,8 +12,8 @@ use futures_util::future::BoxFuture;
 
 use crate::config::TableLayout;
 use crate::failure::{
-    DlqError, Failure, FailureKind, FailureRecord, LetterKey, MAX_RECORD_ERROR, capped_chain,
-    truncate,
+    DlqError, Failure, FailureKind, FailureRecord, LetterKey, MAX_RECORD_BACKTRACE,
+    MAX_RECORD_ERROR, capped_chain, truncate,
 };
 use crate::store::FailureRecords;
 
@@ -90,6 +90,10 @@ impl FailureTable {
             if !value.is_empty() {
                 item.insert(name.into(), s(value));
             }
+        }
+        // Where it failed, capped again in case the record was made by hand.
+        if let Some(bt) = &rec.failure.backtrace {
+            item.insert("backtrace".into(), s(&truncate(bt, MAX_RECORD_BACKTRACE)));
         }
         let chain = capped_chain(&rec.failure.chain);
         if !chain.is_empty() {
@@ -246,6 +250,7 @@ impl FailureTable {
                 kind,
                 error: s("error"),
                 chain,
+                backtrace: item.get("backtrace").and_then(|v| v.as_s().ok()).cloned(),
             },
             failed_at: humantime::parse_rfc3339(&s("failed_at")).unwrap_or(UNIX_EPOCH),
             source_queue: s("source_queue"),

@@ -8,7 +8,7 @@
 //!     expires_at timestamptz NOT NULL, follow_ups jsonb,
 //!     PRIMARY KEY (namespace, job_id));
 //! CREATE INDEX … ON <schema>.markers USING brin (expires_at);
-//! CREATE TABLE <schema>.failures (…, deploy text, idemq_version text,
+//! CREATE TABLE <schema>.failures (…, deploy text, idemq_version text, backtrace text,
 //!     PRIMARY KEY (namespace, key));
 //! CREATE TABLE <schema>.schema_version (version integer PRIMARY KEY, …);
 //! ```
@@ -32,14 +32,14 @@ use crate::commit::CommitError;
 use crate::store::{Provision, ProvisionError, Provisioned};
 
 /// The schema version this idemq writes and reads.
-pub const VERSION: i32 = 2;
+pub const VERSION: i32 = 3;
 
 /// Rows deleted per table by one sweep, at most.
 const SWEEP_LIMIT: i64 = 5_000;
 
 /// The migrations, in order: migration `i` takes the schema from version
 /// `i` to `i + 1`. Each is idempotent.
-fn migrations(schema: &str) -> [String; 2] {
+fn migrations(schema: &str) -> [String; 3] {
     [
         format!(
         "CREATE TABLE IF NOT EXISTS \"{schema}\".markers (
@@ -77,6 +77,9 @@ fn migrations(schema: &str) -> [String; 2] {
                  ADD COLUMN IF NOT EXISTS deploy text NOT NULL DEFAULT '',
                  ADD COLUMN IF NOT EXISTS idemq_version text NOT NULL DEFAULT '';"
         ),
+        // Where it failed: NULL when no backtrace was captured, and in
+        // rows from before.
+        format!("ALTER TABLE \"{schema}\".failures ADD COLUMN IF NOT EXISTS backtrace text;"),
     ]
 }
 

@@ -15,8 +15,8 @@ use super::Inner;
 use super::commit::{broke_connection, describe};
 use super::pool::OpenError;
 use crate::failure::{
-    DlqError, Failure, FailureKind, FailureRecord, LetterKey, MAX_RECORD_ERROR, capped_chain,
-    truncate,
+    DlqError, Failure, FailureKind, FailureRecord, LetterKey, MAX_RECORD_BACKTRACE,
+    MAX_RECORD_ERROR, capped_chain, truncate,
 };
 
 /// The failure records of one store.
@@ -49,19 +49,19 @@ impl Records {
             upsert: format!(
                 "INSERT INTO \"{schema}\".failures \
                  (namespace, key, job_id, message_id, attempt, kind, error, chain, failed_at, \
-                  source_queue, payload_hash, expires_at, deploy, idemq_version) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14) \
+                  source_queue, payload_hash, expires_at, deploy, idemq_version, backtrace) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14, $15) \
                  ON CONFLICT (namespace, key) DO UPDATE SET \
                  job_id = EXCLUDED.job_id, message_id = EXCLUDED.message_id, \
                  attempt = EXCLUDED.attempt, kind = EXCLUDED.kind, error = EXCLUDED.error, \
                  chain = EXCLUDED.chain, failed_at = EXCLUDED.failed_at, \
                  source_queue = EXCLUDED.source_queue, payload_hash = EXCLUDED.payload_hash, \
                  expires_at = EXCLUDED.expires_at, deploy = EXCLUDED.deploy, \
-                 idemq_version = EXCLUDED.idemq_version"
+                 idemq_version = EXCLUDED.idemq_version, backtrace = EXCLUDED.backtrace"
             ),
             select: format!(
                 "SELECT namespace, key, job_id, message_id, attempt, kind, error, chain::text AS chain, \
-                 failed_at, source_queue, payload_hash, deploy, idemq_version FROM \"{schema}\".failures \
+                 failed_at, source_queue, payload_hash, deploy, idemq_version, backtrace FROM \"{schema}\".failures \
                  WHERE namespace = ANY($1) AND key = ANY($2)"
             ),
             inner,
@@ -89,7 +89,12 @@ impl Records {
         let attempt = i32::try_from(rec.attempt).unwrap_or(i32::MAX);
         let kind = rec.failure.kind.as_str();
         let expires = rec.failed_at + self.inner.marker_ttl;
-        let params: [(&(dyn ToSql + Sync), Type); 14] = [
+        let backtrace = rec
+            .failure
+            .backtrace
+            .as_deref()
+            .map(|bt| truncate(bt, MAX_RECORD_BACKTRACE));
+        let params: [(&(dyn ToSql + Sync), Type); 15] = [
             (&namespace, Type::TEXT),
             (&key, Type::TEXT),
             (&rec.job_id, Type::TEXT),
@@ -104,6 +109,7 @@ impl Records {
             (&expires, Type::TIMESTAMPTZ),
             (&rec.deploy, Type::TEXT),
             (&rec.idemq_version, Type::TEXT),
+            (&backtrace, Type::TEXT),
         ];
         // A connection that broke (the server restarted or failed over,
         // a proxy cut it) is tried once more on a fresh one, as a commit
@@ -220,6 +226,7 @@ fn parse(row: &Row) -> Result<FailureRecord, DlqError> {
             kind: FailureKind::parse(&kind).unwrap_or(FailureKind::Permanent),
             error: row.get("error"),
             chain,
+            backtrace: row.get("backtrace"),
         },
         failed_at: row.get::<_, SystemTime>("failed_at"),
         source_queue: row.get("source_queue"),
