@@ -255,10 +255,13 @@ fn render_text(text: &str, max: usize) -> String {
     let idemq_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let cwd = std::env::current_dir().ok();
     let all = frames(text);
-    let is_users = |f: &&Frame<'_>| f.is_users(&idemq_src, cwd.as_deref());
-    let users = all.iter().filter(is_users).count();
-    let shown: Vec<&Frame<'_>> = if users > 0 {
-        all.iter().filter(is_users).collect()
+    let users: Vec<&Frame<'_>> = all
+        .iter()
+        .filter(|f| f.is_users(&idemq_src, cwd.as_deref()))
+        .collect();
+    let any_users = !users.is_empty();
+    let shown = if any_users {
+        users
     } else {
         all.iter().take(UNFOLDED_WHEN_NO_USER_FRAME).collect()
     };
@@ -284,7 +287,7 @@ fn render_text(text: &str, max: usize) -> String {
         out.push_str(&format!("… {cut} more frames cut (backtrace capped)\n"));
     }
     if folded > 0 {
-        let which = if users > 0 {
+        let which = if any_users {
             "of idemq, the runtime, dependencies and std "
         } else {
             ""
