@@ -322,7 +322,8 @@ fn deploy_attribute(rec: &FailureRecord) -> String {
 }
 
 /// The deploy and the idemq version an [`ATTR_DEPLOY`] value names (each
-/// empty where it does not).
+/// empty where it does not): read back by the operator tools.
+#[cfg(any(feature = "ops", test))]
 pub(crate) fn parse_deploy(value: &str) -> (String, String) {
     if let Some(v) = value.strip_prefix("idemq ") {
         return (String::new(), v.to_owned());
