@@ -6,18 +6,20 @@
 //! on FIFO queues also the group and a deduplication id derived from the
 //! job id, so SQS itself drops a copy sent within its 5-minute window.
 
-use std::collections::{HashMap, HashSet};
-use std::ops::Range;
-use std::time::Duration;
+use std::collections::HashMap;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry};
-use futures_util::{StreamExt, stream};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::backoff::Backoff;
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JOB_ID_ATTRIBUTE, JobId};
+
+mod batches;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use batches::{EntryAnswer, send_batch_with_retries, send_in_batches};
 
 /// SQS's default and largest message size (1 MiB since August 2025).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1024 * 1024;
@@ -29,8 +31,6 @@ pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
 pub const MAX_ATTRIBUTES: usize = 10;
 /// SQS's limit on `MessageDeduplicationId`.
 pub(crate) const MAX_DEDUP_ID: usize = 128;
-/// Tries of one entry before it is reported failed.
-const MAX_ATTEMPTS: u32 = 6;
 /// Error codes with which SQS refuses a message itself (its contents, its
 /// size, its attributes): no retry of the same message can pass. SQS marks
 /// batch entries refused so `SenderFault`, but not every emulator does
@@ -45,12 +45,6 @@ pub(crate) const INVALID_MESSAGE_CODES: [&str; 6] = [
     "MessageTooLong",
     "InvalidBatchEntryId",
 ];
-/// Batches in flight at once on a standard queue or topic (FIFO: one, for
-/// order).
-const CONCURRENCY: usize = 4;
-const RETRY_BACKOFF: Backoff = Backoff::new()
-    .with_base(Duration::from_millis(100))
-    .with_cap(Duration::from_secs(5));
 
 /// One job to send: its id, its body and, for FIFO queues, its group.
 #[derive(Debug, Clone, PartialEq)]
@@ -291,55 +285,6 @@ pub enum SendError {
     },
 }
 
-/// What both producers (SQS's [`Producer`] and SNS's `TopicProducer`) do
-/// with a list of jobs: refuse before any request what `check` refuses,
-/// pack the rest into calls of at most 10 entries and `max_bytes`, send
-/// those calls with `send` (which retries its own failed entries), one
-/// call at a time for FIFO (order within a group holds only then), and
-/// answer one result per job, in input order.
-pub(crate) async fn send_in_batches<Fut>(
-    jobs: &[Job],
-    check: impl Fn(&Job) -> Result<(), SendError>,
-    max_bytes: usize,
-    fifo: bool,
-    send: impl Fn(Vec<usize>) -> Fut,
-) -> Vec<Result<String, SendError>>
-where
-    Fut: std::future::Future<Output = Vec<(usize, Result<String, SendError>)>>,
-{
-    let mut results: Vec<Option<Result<String, SendError>>> =
-        jobs.iter().map(|j| check(j).err().map(Err)).collect();
-    let valid: Vec<usize> = (0..jobs.len()).filter(|&i| results[i].is_none()).collect();
-    let sizes: Vec<usize> = valid.iter().map(|&i| jobs[i].size()).collect();
-    let batches: Vec<Vec<usize>> = pack(&sizes, max_bytes)
-        .into_iter()
-        .map(|r| valid[r].to_vec())
-        .collect();
-    let concurrency = if fifo { 1 } else { CONCURRENCY };
-    let sent: Vec<Vec<(usize, Result<String, SendError>)>> = stream::iter(batches)
-        .map(send)
-        .buffered(concurrency)
-        .collect()
-        .await;
-    for (i, r) in sent.into_iter().flatten() {
-        results[i] = Some(r);
-    }
-    jobs.iter()
-        .zip(results)
-        .map(|(j, r)| {
-            // `send` answers every index it is given; should that ever
-            // break, the job is reported, never a panic.
-            r.unwrap_or_else(|| {
-                Err(SendError::GaveUp {
-                    job_id: j.id.clone(),
-                    attempts: 0,
-                    last_error: "no result recorded for this job".into(),
-                })
-            })
-        })
-        .collect()
-}
-
 /// The FIFO deduplication id for a job id: the id itself when SQS accepts
 /// it as one (at most 128 characters of ASCII letters, digits and
 /// punctuation), else its SHA-256 in hex. Deterministic, so a re-sent job
@@ -357,24 +302,6 @@ pub fn deduplication_id(job_id: &str) -> String {
     } else {
         hex::encode(Sha256::digest(job_id.as_bytes()))
     }
-}
-
-/// Splits entries of the given sizes, in order, into batches of at most
-/// `MAX_BATCH_ENTRIES` and at most `max_bytes` in all.
-pub(crate) fn pack(sizes: &[usize], max_bytes: usize) -> Vec<Range<usize>> {
-    let mut batches = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
-    for (i, &size) in sizes.iter().enumerate() {
-        if i > start && (i - start == MAX_BATCH_ENTRIES || bytes + size > max_bytes) {
-            batches.push(start..i);
-            (start, bytes) = (i, 0);
-        }
-        bytes += size;
-    }
-    if start < sizes.len() {
-        batches.push(start..sizes.len());
-    }
-    batches
 }
 
 /// Sends jobs to one queue. Reads the queue's type and size limit once.
@@ -560,244 +487,5 @@ impl Producer {
             call,
         )
         .await
-    }
-}
-
-/// What one batch call (`SendMessageBatch`, SNS's `PublishBatch`) answered
-/// for one of its entries.
-pub(crate) enum EntryAnswer {
-    /// Sent, with the id the service gave the message.
-    Sent { id: String, message_id: String },
-    /// Not sent. `refused`: the service refused the entry itself (its
-    /// contents, size or attributes), so a retry cannot pass.
-    Failed {
-        id: String,
-        code: String,
-        message: String,
-        refused: bool,
-    },
-}
-
-/// Sends the jobs at `batch` (indexes into `jobs`, which are also the
-/// entries' ids) with `call`, up to `MAX_ATTEMPTS` times with backoff,
-/// retrying only what can pass: a whole call that failed (throttling,
-/// network: nothing is known to be sent), an entry that failed on the
-/// service's side, and an entry the answer leaves out of both lists (not
-/// known to be sent: retried, since a second copy is what job ids are
-/// for). Each entry is answered once, by the first result naming it; an id
-/// that names no pending entry is ignored. One result per index of
-/// `batch`: the message id, or why the job was not sent.
-pub(crate) async fn send_batch_with_retries<E, Fut>(
-    op: &str,
-    jobs: &[Job],
-    batch: Vec<usize>,
-    entry: impl Fn(usize, &Job) -> Result<E, String>,
-    call: impl Fn(Vec<E>) -> Fut,
-) -> Vec<(usize, Result<String, SendError>)>
-where
-    Fut: Future<Output = Result<Vec<EntryAnswer>, String>>,
-{
-    let mut done = Vec::with_capacity(batch.len());
-    let mut pending = batch;
-    let mut last_error = String::new();
-    for attempt in 1..=MAX_ATTEMPTS {
-        if attempt > 1 {
-            // The clock's jitter source: seeded in the simulation, so a run
-            // replays exactly (it drifted by milliseconds here). The delay
-            // is drawn before the await: the generator is not Send.
-            let delay = crate::clock::with_jitter(|r| RETRY_BACKOFF.delay(attempt - 1, r));
-            tokio::time::sleep(delay).await;
-        }
-        let entries: Result<Vec<E>, String> = pending.iter().map(|&i| entry(i, &jobs[i])).collect();
-        let answers = match entries {
-            Ok(entries) => call(entries).await,
-            Err(e) => {
-                last_error = e;
-                break;
-            }
-        };
-        let answers = match answers {
-            Ok(answers) => answers,
-            Err(e) => {
-                last_error = e;
-                continue;
-            }
-        };
-        let mut unanswered: HashSet<usize> = pending.iter().copied().collect();
-        let mut answer = |id: &str| id.parse::<usize>().ok().filter(|i| unanswered.remove(i));
-        let mut retry = Vec::new();
-        for a in answers {
-            match a {
-                EntryAnswer::Sent { id, message_id } => {
-                    if let Some(i) = answer(&id) {
-                        done.push((i, Ok(message_id)));
-                    }
-                }
-                EntryAnswer::Failed {
-                    id,
-                    code,
-                    message,
-                    refused,
-                } => {
-                    let Some(i) = answer(&id) else {
-                        continue;
-                    };
-                    if refused {
-                        let job_id = jobs[i].id.clone();
-                        done.push((
-                            i,
-                            Err(SendError::Rejected {
-                                job_id,
-                                code,
-                                message,
-                            }),
-                        ));
-                    } else {
-                        // Retried alone: on a FIFO queue it then lands after
-                        // the later messages of its group that did go
-                        // through. Rare (service-side faults), and the
-                        // alternative, holding back the rest of the group,
-                        // cannot undo what was sent.
-                        last_error = format!("{code}: {message}");
-                        retry.push(i);
-                    }
-                }
-            }
-        }
-        if !unanswered.is_empty() {
-            let mut missing: Vec<usize> = unanswered.into_iter().collect();
-            missing.sort_unstable();
-            last_error = format!(
-                "{op} left {} entries out of both Successful and Failed",
-                missing.len()
-            );
-            retry.extend(missing);
-            retry.sort_unstable();
-        }
-        pending = retry;
-        if pending.is_empty() {
-            return done;
-        }
-    }
-    done.extend(pending.into_iter().map(|i| {
-        let err = SendError::GaveUp {
-            job_id: jobs[i].id.clone(),
-            attempts: MAX_ATTEMPTS,
-            last_error: last_error.clone(),
-        };
-        (i, Err(err))
-    }));
-    done
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_job_id_attribute_is_counted_once() {
-        let names = ["a".to_string(), "idemq-job-id".to_string()];
-        assert_eq!(attributes_with_job_id(&names), 2);
-        assert_eq!(spare_attribute_slots(&names), 8);
-        let none: [String; 0] = [];
-        assert_eq!(attributes_with_job_id(&none), 1);
-        let full: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
-        assert_eq!(
-            spare_attribute_slots(&full),
-            0,
-            "already over: no slot left"
-        );
-    }
-
-    #[test]
-    fn packing_respects_ten_entries_and_the_size_limit() {
-        assert_eq!(pack(&[1; 25], 1000), vec![0..10, 10..20, 20..25]);
-        assert_eq!(pack(&[400, 400, 400, 100], 1000), vec![0..2, 2..4]);
-        assert_eq!(pack(&[1000, 1, 1000], 1000), vec![0..1, 1..2, 2..3]);
-        assert_eq!(pack(&[], 1000), Vec::<Range<usize>>::new());
-        // An entry alone over the limit still gets a batch (check() refuses
-        // such jobs before packing; pack never loops or drops one).
-        assert_eq!(pack(&[2000], 1000), vec![0..1]);
-        let sizes: Vec<usize> = (0..97).map(|i| (i * 37) % 300 + 1).collect();
-        let batches = pack(&sizes, 1000);
-        assert_eq!(batches.iter().map(|r| r.len()).sum::<usize>(), 97);
-        for r in &batches {
-            assert!(r.len() <= 10 && sizes[r.clone()].iter().sum::<usize>() <= 1000);
-        }
-    }
-
-    #[test]
-    fn fifo_deduplication_ids_fit_and_are_stable() {
-        assert_eq!(deduplication_id("a-1"), "a-1");
-        let long = "j".repeat(129);
-        let h = deduplication_id(&long);
-        assert_eq!(h.len(), 64);
-        assert_eq!(h, deduplication_id(&long));
-        assert_ne!(h, deduplication_id(&"j".repeat(130)));
-        assert_eq!(deduplication_id(&"j".repeat(128)), "j".repeat(128));
-        // Non-ASCII and spaces are not accepted by SQS in dedup ids: hashed.
-        assert_eq!(deduplication_id("café").len(), 64);
-        assert_eq!(deduplication_id("a b").len(), 64);
-    }
-
-    fn producer(fifo: bool, max: usize) -> Producer {
-        let conf = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .build();
-        Producer {
-            sqs: aws_sdk_sqs::Client::from_conf(conf),
-            queue_url: "q".into(),
-            fifo,
-            max_message_bytes: max,
-        }
-    }
-
-    #[test]
-    fn refusals_name_the_job_and_the_limit() {
-        let p = producer(false, 100);
-        let err = p.check(&Job::raw("big-1", "x".repeat(100))).unwrap_err();
-        assert!(matches!(&err, SendError::TooLarge { limit: 100, .. }));
-        assert!(
-            err.to_string().contains("\"big-1\"") && err.to_string().contains("at most 100"),
-            "{err}"
-        );
-
-        let err = p.check(&Job::raw("", "{}")).unwrap_err();
-        assert!(err.to_string().contains("job id is empty"), "{err}");
-
-        let mut job = Job::raw("many", "{}");
-        for i in 0..10 {
-            let v = MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value("v")
-                .build()
-                .unwrap();
-            job.attributes.insert(format!("a{i}"), v);
-        }
-        let err = p.check(&job).unwrap_err();
-        assert_eq!(
-            err,
-            SendError::TooManyAttributes {
-                job_id: "many".into(),
-                count: 11
-            }
-        );
-
-        let err = producer(true, 1000)
-            .check(&Job::raw("f-1", "{}"))
-            .unwrap_err();
-        assert!(err.to_string().contains("no message group"), "{err}");
-        assert!(
-            producer(true, 1000)
-                .check(&Job::raw("f-1", "{}").in_group("g"))
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn size_counts_body_and_attributes() {
-        let job = Job::raw("id", "12345");
-        assert_eq!(job.size(), 5 + JOB_ID_ATTRIBUTE.len() + "String".len() + 2);
     }
 }
