@@ -5,17 +5,18 @@
 //! reserve stock). Sent by the handler itself, the next job would go out
 //! even when this job's commit then fails (rejected, a conflict, a crash),
 //! or be lost when the process dies between the commit and the send. So a
-//! handler adds it to its [`Effect`](crate::Effect) instead
-//! ([`Effect::then_send`](crate::Effect::then_send)), and idemq:
+//! handler adds it to its [`Effect`](crate::store::dynamodb::Effect) instead
+//! ([`Effect::then_send`](crate::store::dynamodb::Effect::then_send)), and idemq:
 //!
 //! 1. **stores the follow-ups in the job's marker** (the separate marker
-//!    item, or the [fused](crate::Effect::marked_by) one), in the same
+//!    item, or the [fused](crate::store::dynamodb::Effect::marked_by) one), in the same
 //!    `TransactWriteItems` / `PutItem` as the effect: they exist exactly
 //!    when the effect committed. No extra read or write.
 //! 2. **sends them after the commit, before the acknowledgement**, with the
-//!    [`Producer`] (each with its own `idemq-job-id`, on a
-//!    FIFO queue a deduplication id derived from it). If a send fails, the
-//!    job is *not* acknowledged: it stays on the queue and is retried.
+//!    [`Producer`](crate::producer::Producer) (each with its own
+//!    `idemq-job-id`, on a FIFO queue a deduplication id derived from
+//!    it). If a send fails, the job is *not* acknowledged: it stays on the
+//!    queue and is retried.
 //! 3. **re-sends them from the marker on a redelivery**: a redelivered job
 //!    (after a crash between commit and send, or a failed send) finds its
 //!    marker, which DynamoDB returns with the failed condition
@@ -71,7 +72,7 @@
 //! hand.
 //!
 //! Everything SQS and DynamoDB would refuse is checked before any I/O, by
-//! [`Effect::validate`](crate::Effect::validate): a follow-up that SQS
+//! [`Effect::validate`](crate::store::dynamodb::Effect::validate): a follow-up that SQS
 //! refused *after* the commit could never be sent. The checks: a valid job
 //! id, each job id once per effect, a non-empty body, at most
 //! [`MAX_FOLLOW_UP_BYTES`] with its attributes, at most
@@ -82,8 +83,7 @@
 //! suffix", <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-fifo.html>),
 //! and the marker item with its follow-ups within DynamoDB's 400 KB.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -91,10 +91,16 @@ use serde::Serialize;
 
 use crate::horizon::ReplayHorizon;
 use crate::job::{IDEMQ_ATTRIBUTE_PREFIX, InvalidJobId, JobId};
-use crate::producer::{Job, MAX_ATTRIBUTES, Producer, SendError, attributes_with_job_id};
+use crate::producer::{Job, MAX_ATTRIBUTES, SendError, attributes_with_job_id};
+
+mod sender;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use sender::{AfterCommit, FollowUpSender};
 
 /// The marker attribute that stores a job's follow-ups (a list of maps).
-/// A [fused](crate::Effect::marked_by) marker's item may not set it.
+/// A [fused](crate::store::dynamodb::Effect::marked_by) marker's item may not set it.
 pub const FOLLOW_UPS_ATTRIBUTE: &str = "idemq_follow_ups";
 
 /// The largest follow-up message (body plus attributes, as SQS counts
@@ -428,372 +434,5 @@ impl StoredMarker {
     /// When the marker was committed, when the store knows.
     pub fn committed_at(&self) -> Option<SystemTime> {
         self.committed_at
-    }
-}
-
-/// Whether a duplicate re-sends the follow-ups its marker stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Resend {
-    /// The commit is within the horizon: re-send them, each carrying the
-    /// commit time as its first-enqueued time.
-    Send {
-        /// The parent's commit.
-        committed_at: SystemTime,
-    },
-    /// The commit is at least the horizon ago: not re-sent.
-    PastHorizon {
-        /// The parent's commit.
-        committed_at: SystemTime,
-    },
-    /// The marker has no commit time (a fused marker of an earlier
-    /// version): its age is unknown, so not re-sent.
-    Undated,
-}
-
-/// The re-send rule: within the horizon only, and never for a marker of
-/// unknown age. A commit time ahead of `now` (another host's clock) counts
-/// as age zero.
-pub(crate) fn resend(
-    committed_at: Option<SystemTime>,
-    now: SystemTime,
-    horizon: ReplayHorizon,
-) -> Resend {
-    match committed_at {
-        None => Resend::Undated,
-        Some(at) if horizon.check(at, now).is_ok() => Resend::Send { committed_at: at },
-        Some(at) => Resend::PastHorizon { committed_at: at },
-    }
-}
-
-/// A settled commit, as far as its follow-ups are concerned.
-#[derive(Debug)]
-pub(crate) enum AfterCommit<'a> {
-    /// The effect committed now, with these follow-ups.
-    Committed(&'a [FollowUp]),
-    /// A duplicate: the marker as stored.
-    Duplicate(StoredMarker),
-}
-
-/// Sends follow-ups through one [`Producer`] per queue, each built once
-/// (it reads the queue's type and size limit) and kept for the process.
-#[derive(Debug)]
-pub(crate) struct FollowUpSender {
-    sqs: aws_sdk_sqs::Client,
-    producers: std::sync::Mutex<HashMap<String, Producer>>,
-    /// Stored follow-ups that duplicates did not re-send since the last
-    /// [`take_not_resent`](Self::take_not_resent) (`FollowUpsNotResent`).
-    not_resent: AtomicU64,
-}
-
-impl FollowUpSender {
-    pub(crate) fn new(sqs: aws_sdk_sqs::Client) -> Self {
-        Self {
-            sqs,
-            producers: std::sync::Mutex::default(),
-            not_resent: AtomicU64::new(0),
-        }
-    }
-
-    /// The stored follow-ups not re-sent since the last call, for the
-    /// batch's `FollowUpsNotResent` metric.
-    pub(crate) fn take_not_resent(&self) -> u64 {
-        self.not_resent.swap(0, Ordering::Relaxed)
-    }
-
-    async fn producer(&self, url: &str) -> Result<Producer, SendError> {
-        if let Some(p) = self.lock().get(url) {
-            return Ok(p.clone());
-        }
-        let p = Producer::with_client(self.sqs.clone(), url).await?;
-        self.lock().insert(url.to_owned(), p.clone());
-        Ok(p)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Producer>> {
-        self.producers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Sends every follow-up, each carrying `first_enqueued` when given
-    /// (a re-send: the parent's commit); the first error if any was not
-    /// sent (the others may have been: the retry sends them again,
-    /// deduplicated by their job ids).
-    pub(crate) async fn send(
-        &self,
-        list: &[FollowUp],
-        first_enqueued: Option<SystemTime>,
-    ) -> Result<(), SendError> {
-        let mut queues: Vec<&str> = Vec::new();
-        for f in list {
-            if !queues.contains(&f.queue_url.as_str()) {
-                queues.push(&f.queue_url);
-            }
-        }
-        for url in queues {
-            let producer = self.producer(url).await?;
-            let jobs = list
-                .iter()
-                .filter(|f| f.queue_url == url)
-                .map(|f| match first_enqueued {
-                    Some(at) => f.to_job().first_enqueued(at),
-                    None => f.to_job(),
-                })
-                .collect();
-            for (_, sent) in producer.send_batch(jobs).await {
-                sent?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Deals with a job's follow-ups once its commit is settled: a new
-    /// commit sends the effect's follow-ups; a duplicate sends again the
-    /// follow-ups its stored marker carries if its commit is within the
-    /// horizon ([`resend`]), each with the parent's commit as its
-    /// first-enqueued time, and otherwise logs and counts them, not sent.
-    /// `Err` says why a follow-up was not sent: the job must not be
-    /// acknowledged (a transient failure), and its retry finds the marker
-    /// and sends again.
-    pub(crate) async fn after_commit(&self, settled: AfterCommit<'_>) -> Result<(), String> {
-        let marker;
-        let (list, first_enqueued): (&[FollowUp], _) = match settled {
-            AfterCommit::Committed(list) => (list, None),
-            AfterCommit::Duplicate(stored) => {
-                marker = stored;
-                match &marker.follow_ups {
-                    Ok(list) if list.is_empty() => return Ok(()),
-                    Ok(list) => {
-                        match resend(marker.committed_at, crate::clock::now(), marker.horizon) {
-                            Resend::Send { committed_at } => (list, Some(committed_at)),
-                            decision => {
-                                self.not_resending(&marker, list, decision);
-                                return Ok(());
-                            }
-                        }
-                    }
-                    Err(reason) => return Err(reason.clone()),
-                }
-            }
-        };
-        if list.is_empty() {
-            return Ok(());
-        }
-        // The chaos suite dies here: committed, follow-ups not yet sent.
-        #[cfg(feature = "failpoints")]
-        fail::fail_point!("followup::before-send", |_| -> Result<(), String> {
-            std::process::abort()
-        });
-        let ids: HashSet<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
-        match self.send(list, first_enqueued).await {
-            Ok(()) => {
-                tracing::debug!(follow_ups = ?ids, "follow-ups sent");
-                Ok(())
-            }
-            Err(e) => {
-                tracing::warn!(
-                    follow_ups = list.len(),
-                    "committed, but a follow-up was not sent; the job is retried and its marker re-sends them: {e}"
-                );
-                Err(format!(
-                    "committed, but follow-up not sent (the retry re-sends it from the marker): {e}"
-                ))
-            }
-        }
-    }
-
-    /// A duplicate whose stored follow-ups are not re-sent: logged (job
-    /// ids and times, never bodies) and counted.
-    fn not_resending(&self, marker: &StoredMarker, list: &[FollowUp], decision: Resend) {
-        self.not_resent
-            .fetch_add(list.len() as u64, Ordering::Relaxed);
-        let ids: Vec<&str> = list.iter().map(|f| f.job_id.as_str()).collect();
-        let horizon = humantime::format_duration(marker.horizon.limit());
-        match decision {
-            Resend::PastHorizon { committed_at } => tracing::warn!(
-                job_id = marker.job_id,
-                follow_ups = ?ids,
-                committed_at = %humantime::format_rfc3339_millis(committed_at),
-                %horizon,
-                "duplicate of a job committed longer ago than the follow-up horizon: its stored follow-ups are not re-sent"
-            ),
-            _ => tracing::warn!(
-                job_id = marker.job_id,
-                follow_ups = ?ids,
-                %horizon,
-                "duplicate of a job whose marker has no commit time (written by an earlier version): its stored follow-ups are not re-sent; send them by hand if the job's first run never did"
-            ),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::dynamodb::effect::Effect;
-
-    const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
-
-    #[test]
-    fn follow_ups_are_checked_before_any_io() {
-        let check = |f: FollowUp| check_all(&[f], true);
-        assert!(check(FollowUp::raw(URL, "ok", "{}")).is_ok());
-        assert!(matches!(
-            check(FollowUp::raw(URL, "", "{}")),
-            Err(FollowUpError::InvalidJobId { index: 0, .. })
-        ));
-        assert!(matches!(
-            check(FollowUp::raw(URL, "a", "")),
-            Err(FollowUpError::Empty { what: "body", .. })
-        ));
-        assert!(matches!(
-            check(FollowUp::raw(URL, "a", "x".repeat(MAX_FOLLOW_UP_BYTES))),
-            Err(FollowUpError::TooLarge { .. })
-        ));
-        // A re-send from the marker carries idemq-first-enqueued too: it
-        // is counted always, since a follow-up SQS refused on its re-send
-        // could never be sent.
-        let mut many = FollowUp::raw(URL, "a", "{}");
-        for i in 0..8 {
-            many = many.string_attribute(format!("a{i}"), "v");
-        }
-        assert!(
-            check(many.clone()).is_ok(),
-            "8 + idemq-job-id + idemq-first-enqueued = 10"
-        );
-        assert!(matches!(
-            check(many.string_attribute("a8", "v")),
-            Err(FollowUpError::TooManyAttributes { count: 11, .. })
-        ));
-        // And its bytes: a follow-up that fits only without the attribute
-        // is refused.
-        let name_type_value = "idemq-first-enqueued".len() + "String".len() + 13;
-        let id_attribute = "idemq-job-id".len() + "String".len() + "a".len();
-        let fits_bare = MAX_FOLLOW_UP_BYTES - id_attribute;
-        assert!(matches!(
-            check(FollowUp::raw(URL, "a", "x".repeat(fits_bare))),
-            Err(FollowUpError::TooLarge { bytes, .. }) if bytes == MAX_FOLLOW_UP_BYTES + name_type_value
-        ));
-        assert!(
-            check(FollowUp::raw(
-                URL,
-                "a",
-                "x".repeat(fits_bare - name_type_value)
-            ))
-            .is_ok()
-        );
-        assert!(matches!(
-            check(FollowUp::raw(URL, "a", "{}").string_attribute("idemq-job-id", "b")),
-            Err(FollowUpError::ReservedAttribute { .. })
-        ));
-        let fifo = format!("{URL}.fifo");
-        assert_eq!(
-            check(FollowUp::raw(&fifo, "a", "{}")),
-            Err(FollowUpError::MissingGroup { index: 0 })
-        );
-        assert!(check(FollowUp::raw(&fifo, "a", "{}").in_group("g")).is_ok());
-        let twice = Effect::new()
-            .then_send(FollowUp::raw(URL, "a", "{}"))
-            .then_send(FollowUp::raw(URL, "b", "{}"))
-            .then_send(FollowUp::raw(URL, "a", "{}"));
-        assert_eq!(
-            check_all(twice.follow_ups(), twice.uses_marker()),
-            Err(FollowUpError::SameJobIdTwice {
-                first: 0,
-                second: 2
-            })
-        );
-        let unmarked = Effect::new()
-            .then_send(FollowUp::raw(URL, "a", "{}"))
-            .without_marker();
-        assert_eq!(
-            check_all(unmarked.follow_ups(), unmarked.uses_marker()),
-            Err(FollowUpError::NoMarker)
-        );
-    }
-
-    const DAY: Duration = Duration::from_secs(24 * 3600);
-
-    /// The re-send rule, by the marker's age against the horizon (the
-    /// marker TTL less the replay window).
-    #[test]
-    fn a_duplicate_resends_only_within_the_horizon() {
-        let horizon = ReplayHorizon::new;
-        assert_eq!(horizon(crate::config::DEFAULT_MARKER_TTL).limit(), 20 * DAY);
-        assert_eq!(horizon(DAY / 2).limit(), Duration::ZERO, "never past zero");
-        let now = UNIX_EPOCH + 10_000 * DAY;
-        let h = horizon(21 * DAY);
-        let limit = h.limit();
-        let ago = |d: Duration| Some(now - d);
-        let table = [
-            (ago(Duration::ZERO), Resend::Send { committed_at: now }),
-            (
-                ago(DAY),
-                Resend::Send {
-                    committed_at: now - DAY,
-                },
-            ),
-            (
-                ago(limit - Duration::from_millis(1)),
-                Resend::Send {
-                    committed_at: now - limit + Duration::from_millis(1),
-                },
-            ),
-            (
-                ago(limit),
-                Resend::PastHorizon {
-                    committed_at: now - limit,
-                },
-            ),
-            (
-                ago(30 * DAY),
-                Resend::PastHorizon {
-                    committed_at: now - 30 * DAY,
-                },
-            ),
-            // Another host's clock ahead of this one: age zero.
-            (
-                Some(now + DAY),
-                Resend::Send {
-                    committed_at: now + DAY,
-                },
-            ),
-            // A fused marker of an earlier version: no commit time.
-            (None, Resend::Undated),
-        ];
-        for (committed_at, want) in table {
-            assert_eq!(resend(committed_at, now, h), want, "{committed_at:?}");
-        }
-    }
-
-    /// Past the horizon, or undated, the duplicate is acknowledged as it
-    /// was, nothing is sent (no SQS call: the client here has no
-    /// endpoint), and each follow-up not sent is counted once.
-    #[tokio::test]
-    async fn a_duplicate_past_the_horizon_sends_nothing_and_counts_it() {
-        let sqs = aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::Config::builder()
-                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-                .build(),
-        );
-        let sender = FollowUpSender::new(sqs);
-        let list = [
-            FollowUp::raw(URL, "p/a", "{}"),
-            FollowUp::raw(URL, "p/b", "{}"),
-        ];
-        let now = crate::clock::now();
-        for committed_at in [Some(now - 30 * DAY), Some(now - 20 * DAY), None] {
-            let marker = StoredMarker {
-                follow_ups: Ok(list.to_vec()),
-                job_id: "p".into(),
-                committed_at,
-                horizon: ReplayHorizon::new(21 * DAY),
-            };
-            let sent = sender.after_commit(AfterCommit::Duplicate(marker)).await;
-            assert_eq!(sent, Ok(()), "{committed_at:?}");
-        }
-        assert_eq!(sender.take_not_resent(), 6);
-        assert_eq!(sender.take_not_resent(), 0, "taken once");
     }
 }
