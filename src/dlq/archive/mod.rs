@@ -19,12 +19,17 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
-use crate::JOB_ID_ATTRIBUTE;
 use crate::dlq::peek::{Context, DeadMessage};
 use crate::horizon::{ALLOW_EXPIRED_FLAG, ReplayHorizon};
 use crate::job::FIRST_ENQUEUED_ATTRIBUTE;
+use crate::job::JOB_ID_ATTRIBUTE;
 use crate::job::JobIdResolver;
 use crate::producer::{Job, Producer};
+
+#[cfg(test)]
+mod stream_tests;
+#[cfg(test)]
+mod tests;
 
 /// One exported dead letter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -460,156 +465,5 @@ impl<R: std::io::BufRead> Lines<R> {
                 Err(_) => Line::NotUtf8,
             },
         )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use aws_sdk_sqs::types::MessageSystemAttributeName as Sys;
-
-    #[test]
-    fn a_dead_letter_round_trips_byte_for_byte() {
-        let mut attributes = HashMap::new();
-        let s = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value("j-1")
-            .build()
-            .unwrap();
-        let b = MessageAttributeValue::builder()
-            .data_type("Binary.gz")
-            .binary_value(Blob::new(vec![0u8, 159, 255]))
-            .build()
-            .unwrap();
-        let n = MessageAttributeValue::builder()
-            .data_type("Number")
-            .string_value("42")
-            .build()
-            .unwrap();
-        attributes.insert("idemq-job-id".to_string(), s);
-        attributes.insert("blob".to_string(), b);
-        attributes.insert("n".to_string(), n);
-        let msg = DeadMessage {
-            message_id: "m-1".into(),
-            receipt_handle: "rh".into(),
-            body: "{\"x\": \"ünïcode\"}".into(),
-            attributes: attributes.clone(),
-            system: HashMap::from([
-                (Sys::MessageGroupId, "g".to_string()),
-                (Sys::MessageDeduplicationId, "d".to_string()),
-            ]),
-        };
-        let a = Archived::of(&msg, &Context::of(&msg, None, None), None);
-        let line = serde_json::to_string(&a).unwrap();
-        let parsed = parse(&format!("\n{line}\nnot json\n"));
-        assert_eq!(parsed.len(), 2);
-        assert_eq!(parsed[0].0, 2);
-        let back = parsed[0].1.as_ref().unwrap();
-        assert_eq!(back, &a);
-        assert!(
-            parsed[1]
-                .1
-                .as_ref()
-                .unwrap_err()
-                .contains("not an exported dead letter")
-        );
-
-        let job = back.to_job(&JobIdResolver::new()).unwrap();
-        assert_eq!(job.id, "j-1");
-        assert_eq!(job.body, msg.body);
-        // The producer's attributes go back byte for byte; idemq's own are
-        // dropped and `idemq-job-id` is set again from the job id.
-        let mut producers = attributes.clone();
-        producers.remove("idemq-job-id");
-        assert_eq!(job.attributes, producers);
-        assert!(job.set_id_attribute);
-        assert_eq!(job.group_id.as_deref(), Some("g"));
-        assert_eq!(job.deduplication_id.as_deref(), Some("d"));
-    }
-}
-
-#[cfg(test)]
-mod stream_tests {
-    use super::*;
-
-    fn all(input: &[u8], max: usize) -> Vec<(usize, Line)> {
-        let mut lines = Lines::new(std::io::BufReader::with_capacity(4, input), max);
-        let mut out = Vec::new();
-        while let Some(l) = lines.next_line().unwrap() {
-            out.push(l);
-        }
-        assert_eq!(lines.bytes_read(), input.len() as u64);
-        out
-    }
-
-    #[test]
-    fn lines_are_read_one_at_a_time_within_a_bound() {
-        let got = all(b"ab\r\n\ntoo long line\nxyz", 8);
-        assert_eq!(
-            got,
-            vec![
-                (1, Line::Text("ab".into())),
-                (2, Line::Text(String::new())),
-                (3, Line::TooLong),
-                (4, Line::Text("xyz".into())),
-            ]
-        );
-        assert_eq!(all(b"\xff\xfe\n", 8), vec![(1, Line::NotUtf8)]);
-        assert!(all(b"", 8).is_empty());
-    }
-
-    /// An import stamps the id the consumer resolved: the body pointer's
-    /// value, else the exported (DLQ) MessageId.
-    #[test]
-    fn an_import_stamps_the_resolved_job_id() {
-        let line = |body: &str| Archived {
-            message_id: "m-dlq".into(),
-            body: body.into(),
-            attributes: HashMap::new(),
-            group_id: None,
-            deduplication_id: None,
-            source_arn: None,
-            context: None,
-            first_enqueued: None,
-        };
-        let r = JobIdResolver::new().with_body_pointer("/ref");
-        assert_eq!(line(r#"{"ref":"p-1"}"#).to_job(&r).unwrap().id, "p-1");
-        assert_eq!(line(r#"{"x":1}"#).to_job(&r).unwrap().id, "m-dlq");
-        let err = line(r#"{"ref":[1]}"#).to_job(&r).unwrap_err();
-        assert!(err.contains("no valid job id"), "{err}");
-    }
-
-    /// Only a file with a line for every letter read may stand for the
-    /// DLQ: one missing (or unreadable) line and nothing is deleted.
-    #[test]
-    fn an_export_is_whole_only_with_every_letter() {
-        let letter = |id: &str| {
-            let m = DeadMessage {
-                message_id: id.into(),
-                receipt_handle: "rh".into(),
-                body: "{}".into(),
-                attributes: HashMap::new(),
-                system: HashMap::new(),
-            };
-            let c = Context::of(&m, None, None);
-            (m, c)
-        };
-        let items = vec![letter("m-1"), letter("m-2")];
-        let lines = export_lines(&items, vec![None, None]).unwrap();
-        assert_eq!(lines.len(), 2);
-        assert!(written_whole(&lines.join("\n"), &items));
-        assert!(!written_whole(&lines[0], &items), "a line short");
-        let garbled = format!("{}\n{}", lines[0], &lines[1][..lines[1].len() - 1]);
-        assert!(!written_whole(&garbled, &items), "a line cut short");
-    }
-
-    #[test]
-    fn a_bad_line_is_not_quoted() {
-        // serde_json would say: invalid type: integer `31415926`, expected a string
-        let err = parse_line(r#"{"message_id": "m", "body": 31415926}"#)
-            .unwrap()
-            .unwrap_err();
-        assert!(!err.contains("31415926"), "{err}");
-        assert!(err.contains("not an exported dead letter"), "{err}");
     }
 }
