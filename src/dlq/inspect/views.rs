@@ -235,7 +235,10 @@ impl NoFailureRecords {
         let n = letters.len();
         let message = match place {
             RecordsPlace::None => format!(
-                "none of the {n} dead letters read has a failure record: no table was given                  (--table or IDEMQ_TABLE; --store postgres for PostgreSQL), so each shows only                  what its attributes carry; pass the consumer's store, or --function NAME to read                  it from the Lambda function's configuration"
+                "none of the {n} dead letters read has a failure record: no table was given \
+                 (--table or IDEMQ_TABLE; --store postgres for PostgreSQL), so each shows only \
+                 what its attributes carry; pass the consumer's store, or --function NAME to read \
+                 it from the Lambda function's configuration"
             ),
             _ => {
                 let ns = match place.namespace() {
@@ -255,7 +258,9 @@ impl NoFailureRecords {
                     _ => "the table (--table, IDEMQ_TABLE), IDEMQ_NAMESPACE and IDEMQ_KEY_PREFIX",
                 };
                 format!(
-                    "none of the {n} dead letters read has a failure record in {place} under {ns}:                      check that {check} are the consumer's (--function NAME reads them from its                      Lambda configuration); the letters show only what their attributes carry"
+                    "none of the {n} dead letters read has a failure record in {place} under {ns}: \
+                 check that {check} are the consumer's (--function NAME reads them from its \
+                 Lambda configuration); the letters show only what their attributes carry"
                 )
             }
         };
