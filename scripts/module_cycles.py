@@ -6,7 +6,8 @@ Each top-level module of src/ is a node, whether it is one file
 (`src/x/mod.rs`); and each store under the seam (`src/store/<name>/` or
 `src/store/<name>.rs`) is a node of its own, `store::<name>`, apart from
 the seam itself (`store`, `src/store/mod.rs`). A `crate::y` path in a
-node's code outside its `#[cfg(test)]` items is an edge to `y` (or to
+node's code outside its `#[cfg(test)]` items (and outside the files of
+modules declared `#[cfg(test)] mod x;`) is an edge to `y` (or to
 `store::<name>` for `crate::store::<name>`). Any strongly connected
 component with more than one node is printed and makes the exit status 1.
 Docs (`//` lines) do not count: an intra-doc link is not an import.
@@ -60,6 +61,21 @@ def strip_tests(text: str) -> str:
             return "".join(out)
 
 
+TEST_MOD = re.compile(r"#\[cfg\((?:all\()?test\b[^\]]*\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
+
+
+def test_only_files() -> set:
+    """Files of modules declared `#[cfg(test)] mod x;`: a module's unit
+    tests kept in a file of their own (and everything under them)."""
+    out = set()
+    for f in SRC.rglob("*.rs"):
+        base = f.parent if f.name in ("mod.rs", "lib.rs", "main.rs") else f.parent / f.stem
+        for name in TEST_MOD.findall(f.read_text()):
+            out.add(base / f"{name}.rs")
+            out.update((base / name).rglob("*.rs"))
+    return out
+
+
 def code(text: str) -> str:
     return "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//"))
 
@@ -100,9 +116,12 @@ def names_in(group):
 def edges():
     names = {name for name, _ in modules()}
     graph = {}
+    tests_only = test_only_files()
     for name, files in modules():
         deps = set()
         for f in files:
+            if f in tests_only:
+                continue
             text = code(strip_tests(f.read_text()))
             # `crate::store::dynamodb…` is that store's node; any other
             # `crate::store::…` is the seam's.

@@ -5,9 +5,6 @@
 use serde_json::Value;
 
 use super::*;
-// `cfg(test)` as the whole file is: scripts/module_cycles.py reads this
-// file as library code, and `job` imports `envelope`.
-#[cfg(test)]
 use crate::job::{InvalidJobId, JobIdResolver, JobIdSource, PayloadHash};
 
 /// What SNS delivered to an SQS queue (raw message delivery off) on

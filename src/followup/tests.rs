@@ -3,10 +3,7 @@
 
 use super::sender::{Resend, resend};
 use super::*;
-// `cfg(test)` as the whole file is: scripts/module_cycles.py reads this
-// file as library code, and the DynamoDB store imports `followup`.
-#[cfg(test)]
-use crate::store::dynamodb::effect::Effect;
+use crate::store::dynamodb::Effect;
 
 const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/next";
 
