@@ -5,7 +5,7 @@
 //! - `BENCH_PEER=idemq`: the ledger of `examples/ledger.rs` through
 //!   [`idemq::run`], exactly what a user deploys (the Lambda host, since
 //!   `AWS_LAMBDA_RUNTIME_API` is set): its entry is its marker
-//!   ([`idemq::Effect::marked_by`]). Concurrency: `IDEMQ_CONCURRENCY`.
+//!   ([`idemq::store::dynamodb::Effect::marked_by`]). Concurrency: `IDEMQ_CONCURRENCY`.
 //! - `BENCH_PEER=idemq-separate`: the same effect with idemq's own marker
 //!   item instead (what every idemq job cost before the fused marker).
 //! - `BENCH_PEER=plain`: the ceiling. The same two writes (credit the
@@ -26,9 +26,9 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use futures_util::{StreamExt, stream};
-use idemq::effect::Item;
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::{Effect, Key, Write};
+use idemq::store::dynamodb::Item;
+use idemq::store::dynamodb::{Effect, Key, Write};
+use idemq::{Handler, JobError, JobMeta};
 use lambda_runtime::{LambdaEvent, service_fn};
 
 #[allow(dead_code)] // Only `Ledger` and `Transfer` are used here.
@@ -88,7 +88,7 @@ impl Handler for Shaped {
     }
 
     /// The ledger's declaration: every effect is in the `Effect`.
-    fn look_up(&self) -> idemq::handler::LookUp {
+    fn look_up(&self) -> idemq::LookUp {
         self.ledger.look_up()
     }
 }

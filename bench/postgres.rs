@@ -60,9 +60,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::{join4, join5};
 
-use idemq::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::store::{CommitOutcome, JobRef};
 use idemq::store::{LookedUp, Provision, Store};
-use idemq::{CommitOutcome, JobId, JobRef, PayloadHash};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_postgres::config::Host;

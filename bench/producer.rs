@@ -9,8 +9,8 @@
 use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
-use idemq::Producer;
 use idemq::producer::Job;
+use idemq::producer::Producer;
 
 #[allow(dead_code)]
 #[path = "common.rs"]

@@ -23,13 +23,13 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, SendMessageBatchRequestEntry,
 };
 use futures_util::{StreamExt, stream};
+use idemq::Host;
 use idemq::config::BatchConfig;
 use idemq::config::LegacyMarkers;
-use idemq::handler::{Handler, JobError, JobMeta, LookUp};
-use idemq::host::Host;
+use idemq::config::{IdempotencyConfig, TableLayout};
 use idemq::init::{InitSpec, init};
 use idemq::worker::{WorkerArgs, serve};
-use idemq::{IdempotencyConfig, TableLayout};
+use idemq::{Handler, JobError, JobMeta, LookUp};
 
 #[allow(dead_code)]
 #[path = "../examples/ledger.rs"]
@@ -50,13 +50,13 @@ struct Declared {
 
 impl Handler for Declared {
     type Job = ledger::Transfer;
-    type Effect = idemq::Effect;
+    type Effect = idemq::store::dynamodb::Effect;
 
     fn handle(
         &self,
         job: ledger::Transfer,
         meta: JobMeta,
-    ) -> impl Future<Output = Result<idemq::Effect, JobError>> + Send {
+    ) -> impl Future<Output = Result<idemq::store::dynamodb::Effect, JobError>> + Send {
         self.ledger.handle(job, meta)
     }
 
@@ -101,7 +101,7 @@ async fn send_jobs(c: &Clients, url: &str, n: usize) -> Result<(), Error> {
                 Ok(SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(body)
-                    .message_attributes(idemq::JOB_ID_ATTRIBUTE, attr)
+                    .message_attributes(idemq::job::JOB_ID_ATTRIBUTE, attr)
                     .build()?)
             })
             .collect::<Result<Vec<_>, Error>>()?;

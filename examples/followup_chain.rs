@@ -17,10 +17,10 @@
 //! charge came from.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::Item;
 use idemq::followup::FollowUp;
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::{Effect, Key, Write};
+use idemq::store::dynamodb::Item;
+use idemq::store::dynamodb::{Effect, Key, Write};
+use idemq::{Handler, JobError, JobMeta};
 use serde::{Deserialize, Serialize};
 
 /// The jobs of the chain.
@@ -74,7 +74,7 @@ impl Handler for Orders {
 
 #[allow(dead_code)] // Unused where a test includes this file.
 #[tokio::main]
-async fn main() -> Result<(), idemq::host::HostError> {
+async fn main() -> Result<(), idemq::HostError> {
     let table = std::env::var("IDEMQ_TABLE").unwrap_or_default();
     idemq::run(Orders { table }).await
 }

@@ -34,10 +34,10 @@
 use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::{Item, read_version};
 use idemq::followup::FollowUp;
-use idemq::handler::{Handler, JobError, JobMeta, LookUp};
-use idemq::{Effect, Key, Write};
+use idemq::store::dynamodb::{Effect, Key, Write};
+use idemq::store::dynamodb::{Item, read_version};
+use idemq::{Handler, JobError, JobMeta, LookUp};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -225,7 +225,7 @@ impl Handler for OccLedger {
 
 #[allow(dead_code)] // Unused where a test includes this file for `Ledger`.
 #[tokio::main]
-async fn main() -> Result<(), idemq::host::HostError> {
+async fn main() -> Result<(), idemq::HostError> {
     if std::env::var("LEDGER_OCC").is_ok_and(|v| v == "1") {
         let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);

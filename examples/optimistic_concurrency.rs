@@ -29,9 +29,9 @@
 //! answers SQS events.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::{Item, read_version};
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::{Effect, Key, Write};
+use idemq::store::dynamodb::{Effect, Key, Write};
+use idemq::store::dynamodb::{Item, read_version};
+use idemq::{Handler, JobError, JobMeta};
 use serde::Deserialize;
 
 /// One stock adjustment: a reservation (`delta < 0`) or a restock.
@@ -127,7 +127,7 @@ impl Handler for Inventory {
 
 #[allow(dead_code)] // Unused where a test includes this file for `Inventory`.
 #[tokio::main]
-async fn main() -> Result<(), idemq::host::HostError> {
+async fn main() -> Result<(), idemq::HostError> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     idemq::run(Inventory {
         table: std::env::var("IDEMQ_TABLE").unwrap_or_default(),

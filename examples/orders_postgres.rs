@@ -2,7 +2,7 @@
 //! ledger, in one transaction with the job's dedup marker.
 //!
 //! A job is a payment `{"order_id", "customer", "cents"}`, sent with
-//! `idemq-job-id = order_id`. Its effect ([`idemq::postgres::Effect`]) is
+//! `idemq-job-id = order_id`. Its effect ([`idemq::store::postgres::Effect`]) is
 //! two statements, run by idemq after the marker row and before `COMMIT`:
 //!
 //! - `INSERT INTO order_status … ON CONFLICT (order_id) DO UPDATE`: the
@@ -23,7 +23,7 @@
 //!   maxReceiveCount receives; each keeps a failure record in PostgreSQL
 //!   (`idemq.failures`) with the error and the attempt.
 //!
-//! Settings: `IDEMQ_POSTGRES_URL` (see [`idemq::postgres`]) and the usual
+//! Settings: `IDEMQ_POSTGRES_URL` (see [`idemq::store::postgres`]) and the usual
 //! `IDEMQ_*`. Run it as a local worker:
 //!
 //! ```sh
@@ -40,9 +40,9 @@
 
 use std::collections::HashSet;
 
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::postgres::{Effect, Postgres, PostgresConfig, Sql};
 use idemq::store::Provision;
+use idemq::store::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::{Handler, JobError, JobMeta};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -136,7 +136,7 @@ COMMIT;";
 
 /// Creates the example's tables and idemq's schema (`IDEMQ_POSTGRES_SCHEMA`,
 /// default `idemq`), each only if missing.
-async fn create_tables() -> Result<(), idemq::host::HostError> {
+async fn create_tables() -> Result<(), idemq::HostError> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let config = PostgresConfig::from_env(&sdk, 1)?;
     Postgres::new(config)?
@@ -153,7 +153,7 @@ async fn create_tables() -> Result<(), idemq::host::HostError> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), idemq::host::HostError> {
+async fn main() -> Result<(), idemq::HostError> {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
         create_tables().await?;
     }

@@ -14,8 +14,9 @@
 //! Publisher: [`publish`]. Wiring a queue to a topic: [`subscribe`].
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::{Effect, Key, TopicProducer, Write};
+use idemq::store::dynamodb::{Effect, Key, Write};
+use idemq::topic::TopicProducer;
+use idemq::{Handler, JobError, JobMeta};
 use serde::{Deserialize, Serialize};
 
 /// The job: what the producer publishes, and what the handler receives
@@ -110,7 +111,7 @@ pub async fn subscribe(
 
 #[allow(dead_code)] // Unused where a test includes this file.
 #[tokio::main]
-async fn main() -> Result<(), idemq::host::HostError> {
+async fn main() -> Result<(), idemq::HostError> {
     // IDEMQ_ENVELOPE=sns in the environment (the function's configuration
     // on Lambda): the job is the SNS Message inside each notification.
     idemq::run(LoyaltyPoints {

@@ -1,5 +1,5 @@
 //! Where a job failed: the backtrace a failure record and a dead letter
-//! carry, captured where a handler's [`JobError`](crate::handler::JobError)
+//! carry, captured where a handler's [`JobError`](crate::JobError)
 //! was made or where its handler panicked, and written down with the
 //! frames of the user's code first.
 //!

@@ -40,10 +40,12 @@ use futures_util::{FutureExt, StreamExt, stream};
 use tracing::Instrument;
 
 use crate::backoff::{RETENTION_SAFETY_MARGIN, check_retry_within_retention, visibility_timeout};
-use crate::classify::{Attempt, Failure, Verdict, classify, rerun_lost_races};
+pub use crate::classify::Verdict;
+use crate::classify::{Attempt, classify, rerun_lost_races};
 use crate::commit::{CommitError, CommitOutcome, JobRef};
 use crate::config::BatchConfig;
-use crate::dead_letter::{DeadLetter, DeadLetters, FailureRecord};
+use crate::dead_letter::{DeadLetter, DeadLetters};
+use crate::failure::{Failure, FailureKind, FailureRecord};
 use crate::followup::{AfterCommit, FollowUp, FollowUpSender};
 use crate::handler::{Handler, JobError, JobMeta, LookUp};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
@@ -315,7 +317,7 @@ impl<H: Handler> Processor<H> {
     /// failures it records: sends dead letters and sets visibility with
     /// `sqs`, finds job ids with `resolver`. Jobs are weighed against the
     /// store's marker TTL. Hosts build it once per process
-    /// ([`crate::host::Host`]).
+    /// ([`crate::Host`]).
     ///
     /// The first processor of a process puts a panic hook in front of the
     /// one set then, which notes where a panic happened for its job's
@@ -431,8 +433,8 @@ impl<E: Send + Sync + 'static> Core<E> {
                 Verdict::DeadLetter { failure } => {
                     m.dead_lettered += 1;
                     match failure.kind {
-                        crate::classify::FailureKind::Conflict => m.conflict += 1,
-                        crate::classify::FailureKind::Expired => m.expired += 1,
+                        FailureKind::Conflict => m.conflict += 1,
+                        FailureKind::Expired => m.expired += 1,
                         _ => {}
                     }
                 }
@@ -449,7 +451,7 @@ impl<E: Send + Sync + 'static> Core<E> {
             // One is enough to alarm on: every job fails alike until a
             // deploy fixes it.
             if let Verdict::Retry { failure, .. } | Verdict::DeadLetter { failure } = &verdict
-                && failure.kind == crate::classify::FailureKind::Deployment
+                && failure.kind == FailureKind::Deployment
             {
                 m.misconfigured += 1;
             }
@@ -756,7 +758,7 @@ impl<E: Send + Sync + 'static> Core<E> {
                         .await
                         .map_err(Attempt::Handler)?;
                     // Follow-ups go out after the commit and before the
-                    // acknowledgement (src/followup.rs).
+                    // acknowledgement (src/followup/).
                     Ok(match self.store.commit(job_ref, &effect).await {
                         Ok(settled) => Ok(after_commit(
                             &self.follow_ups,
@@ -828,7 +830,7 @@ impl<E: Send + Sync + 'static> Core<E> {
             resolved.as_ref().ok().map(|j| j.id.to_string()),
             &PayloadHash::of(payload.as_bytes()),
             Failure {
-                kind: crate::classify::FailureKind::Transient,
+                kind: FailureKind::Transient,
                 error: format!(
                     "not attempted on its last allowed receive ({why}): SQS's redrive moves it \
                      to the DLQ without it having run"
@@ -1029,7 +1031,6 @@ fn failure_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::FailureKind;
     use proptest::prelude::*;
     use std::sync::Mutex;
 

@@ -8,7 +8,7 @@ use crate::commit::{CommitError, CommitOutcome};
 use crate::handler::JobError;
 use crate::job::InvalidJobId;
 
-pub use crate::failure::{Failure, FailureKind};
+use crate::failure::{Failure, FailureKind};
 
 /// How one attempt at a job ended, before any decision.
 #[derive(Debug)]
@@ -42,7 +42,7 @@ pub enum Verdict {
     Retry {
         /// Why it failed.
         failure: Failure,
-        /// The handler's own delay ([`JobError::retry_after`](crate::handler::JobError::retry_after)), if any.
+        /// The handler's own delay ([`JobError::retry_after`](crate::JobError::retry_after)), if any.
         retry_after: Option<Duration>,
     },
     /// Retrying cannot help: send to the DLQ now with context, acknowledge.

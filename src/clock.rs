@@ -67,12 +67,14 @@ pub(crate) fn random_u128() -> u128 {
 /// backtrace of a failure is captured meanwhile: its frames name the
 /// harness's own call sites, and naming them takes real time, neither of
 /// which a replay of the seed may depend on.
+#[cfg(any(test, feature = "testing"))]
 pub fn simulate(epoch: SystemTime, seed: u64) {
     VIRTUAL_WALL.set(Some((epoch, Instant::now())));
     SEEDED.set(Some(Jitter::seeded(seed)));
 }
 
 /// Back to the real wall clock and jitter on this thread.
+#[cfg(any(test, feature = "testing"))]
 pub fn real() {
     VIRTUAL_WALL.set(None);
     SEEDED.set(None);

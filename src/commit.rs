@@ -4,7 +4,7 @@
 //! stored ([`Marker`]).
 //!
 //! The dedup transaction itself is the store's: on DynamoDB,
-//! [`Committer`](crate::Committer) (`src/store/dynamodb/commit.rs`).
+//! [`Committer`](crate::store::dynamodb::Committer) (`src/store/dynamodb/commit.rs`).
 
 use std::error::Error;
 use std::fmt;
@@ -29,20 +29,20 @@ pub enum CommitOutcome {
     },
     /// An effect write's own condition failed (the handler's business
     /// outcome, e.g. insufficient funds), or the item a
-    /// [`marked_by`](crate::Effect::marked_by) write creates exists and is not this
+    /// [`marked_by`](crate::store::dynamodb::Effect::marked_by) write creates exists and is not this
     /// job's. Nothing was applied, no marker left.
     Rejected {
-        /// The index of the write in [`Effect::writes`](crate::Effect::writes).
+        /// The index of the write in [`Effect::writes`](crate::store::dynamodb::Effect::writes).
         index: usize,
         /// DynamoDB's message, or what the existing item is.
         reason: String,
     },
-    /// The condition of a write marked [`Write::optimistic`](crate::Write::optimistic) failed, and no
+    /// The condition of a write marked [`Write::optimistic`](crate::store::dynamodb::Write::optimistic) failed, and no
     /// unmarked write's: the state the handler read moved under it (a lost
     /// optimistic-concurrency race). Nothing was applied, no marker left;
     /// running the handler again (re-reading) may commit.
     Contended {
-        /// The index of the write in [`Effect::writes`](crate::Effect::writes).
+        /// The index of the write in [`Effect::writes`](crate::store::dynamodb::Effect::writes).
         index: usize,
         /// DynamoDB's message.
         reason: String,
@@ -71,7 +71,7 @@ pub enum CommitOutcome {
 pub enum CommitError {
     /// The effect cannot be committed as it is (found before any I/O):
     /// the store's own error inside ([`InvalidEffect::downcast_ref`], e.g.
-    /// to an [`EffectError`](crate::EffectError) on DynamoDB).
+    /// to an [`EffectError`](crate::store::dynamodb::EffectError) on DynamoDB).
     #[error("invalid effect: {0}")]
     Effect(InvalidEffect),
     /// DynamoDB refused the request as invalid.
@@ -123,7 +123,7 @@ pub struct JobRef<'a> {
     pub payload_hash: &'a PayloadHash,
     /// The source queue (name or URL), stored in the marker for operators;
     /// its name is the consumer's namespace unless the layout sets one
-    /// ([`TableLayout::namespace_for`](crate::TableLayout::namespace_for)).
+    /// ([`TableLayout::namespace_for`](crate::config::TableLayout::namespace_for)).
     pub queue: &'a str,
 }
 

@@ -24,8 +24,7 @@ use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 
-use crate::failure::truncate;
-pub use crate::failure::{DlqError, FailureRecord, LetterKey, MAX_RECORD_CHAIN, MAX_RECORD_ERROR};
+use crate::failure::{DlqError, FailureRecord, truncate};
 use crate::job::{FIRST_ENQUEUED_ATTRIBUTE, IDEMQ_ATTRIBUTE_PREFIX, JOB_ID_ATTRIBUTE};
 use crate::producer::{
     DEFAULT_MAX_MESSAGE_BYTES, INVALID_MESSAGE_CODES, MAX_ATTRIBUTES, attributes_with_job_id,
@@ -436,10 +435,10 @@ fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::{Failure, capped_chain};
+    use crate::failure::{Failure, MAX_RECORD_CHAIN, MAX_RECORD_ERROR, capped_chain};
     use std::time::{Duration, UNIX_EPOCH};
 
-    use crate::classify::FailureKind;
+    use crate::failure::FailureKind;
     use proptest::prelude::*;
 
     fn attr(v: &str) -> MessageAttributeValue {

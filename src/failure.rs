@@ -57,7 +57,7 @@ pub enum FailureKind {
     /// The job did not finish before the batch's deadline: retried.
     Timeout,
     /// The job lost an optimistic-concurrency race (a
-    /// [`Write::optimistic`](crate::effect::Write::optimistic) condition
+    /// [`Write::optimistic`](crate::store::dynamodb::Write::optimistic) condition
     /// failed) more times in one invocation than
     /// [`BatchConfig::contention_retries`](crate::config::BatchConfig::contention_retries)
     /// allows, or lost races to concurrent transactions on its items
@@ -165,7 +165,7 @@ impl From<crate::queue::QueueError> for DlqError {
 }
 
 /// One failed attempt, as stored under `idemq#ns#<namespace>#failure#<job
-/// id>` ([`TableLayout::failure_key`](crate::TableLayout::failure_key); the latest
+/// id>` ([`TableLayout::failure_key`](crate::config::TableLayout::failure_key); the latest
 /// attempt overwrites the one before, so the record says how the job last
 /// failed and how many times).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -193,7 +193,7 @@ impl JobMeta {
 /// [`handler_fn`].
 ///
 /// [`Effect`](Self::Effect) names the store its results commit to: a
-/// DynamoDB handler returns [`crate::Effect`] (DynamoDB's writes), a
+/// DynamoDB handler returns [`crate::store::dynamodb::Effect`] (DynamoDB's writes), a
 /// PostgreSQL handler `idemq::postgres::Effect` (SQL statements). A host
 /// runs a handler only on a store of that effect ([`crate::store`]).
 pub trait Handler: Send + Sync + 'static {
@@ -240,7 +240,7 @@ pub trait Handler: Send + Sync + 'static {
 /// and one read unit per job; on PostgreSQL one `SELECT` round trip).
 ///
 /// The look-up reads the job's own marker key. A
-/// [fused](crate::Effect::marked_by) marker is the user's item, whose key
+/// [fused](crate::store::dynamodb::Effect::marked_by) marker is the user's item, whose key
 /// idemq learns only from the effect, so the look-up cannot find it: a
 /// handler with a fused marker gains nothing from it either.
 /// `IDEMQ_READ_MARKER_FIRST=false` turns the look-up off for every

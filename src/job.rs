@@ -106,7 +106,7 @@ impl JobId {
     ///
     /// This key names no consumer: two consumers of one job (a fan-out)
     /// get the same key for the same step. Inside a handler use
-    /// [`JobMeta::downstream_key`](crate::handler::JobMeta::downstream_key),
+    /// [`JobMeta::downstream_key`](crate::JobMeta::downstream_key),
     /// which is this key in the consumer's namespace
     /// ([`JobId::downstream_key_in`]).
     pub fn downstream_key(&self, step: &str) -> String {

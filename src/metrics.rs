@@ -60,7 +60,7 @@ pub struct BatchMetrics {
     /// Jobs whose id was committed with another payload (`JobsConflict`).
     pub conflict: u64,
     /// Optimistic-concurrency races lost (`JobsContended`): every commit
-    /// that failed only on a [`Write::optimistic`](crate::effect::Write::optimistic)
+    /// that failed only on a [`Write::optimistic`](crate::store::dynamodb::Write::optimistic)
     /// condition, whether the job was then re-run at once or backed off. A
     /// job can lose several, so this can exceed the batch size. Commits
     /// cancelled by a concurrent transaction on one of their items

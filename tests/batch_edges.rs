@@ -17,13 +17,16 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
+use idemq::batch::Verdict;
 use idemq::batch::{Budget, Message, Processor};
-use idemq::classify::{FailureKind, Verdict};
 use idemq::config::BatchConfig;
 use idemq::config::DEFAULT_MARKER_TTL;
-use idemq::handler::{JobError, JobMeta, handler_fn};
+use idemq::config::TableLayout;
+use idemq::failure::FailureKind;
+use idemq::job::JobIdResolver;
 use idemq::queue::QueueInfo;
-use idemq::{Committer, Effect, JobIdResolver, TableLayout};
+use idemq::store::dynamodb::{Committer, Effect};
+use idemq::{JobError, JobMeta, handler_fn};
 use serde_json::{Value, json};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -212,10 +215,7 @@ fn committed_n(call: &Call) -> usize {
     text[at..at + 2].parse().expect("two digits")
 }
 
-fn processor(
-    fake: &Fake,
-    config: BatchConfig,
-) -> Processor<impl idemq::handler::Handler<Job = Value>> {
+fn processor(fake: &Fake, config: BatchConfig) -> Processor<impl idemq::Handler<Job = Value>> {
     let handler = handler_fn(|job: Value, _: JobMeta| async move {
         match job["kind"].as_str().unwrap_or_default() {
             "ok" => Ok(Effect::new()),
@@ -237,7 +237,7 @@ fn processor(
     let layout = TableLayout::new("edges");
     Processor::new(
         handler,
-        std::sync::Arc::new(idemq::store::DynamoDb::new(
+        std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
             Committer::new(fake.ddb(), layout.clone(), DEFAULT_MARKER_TTL),
             idemq::store::dynamodb::FailureTable::new(fake.ddb(), layout, DEFAULT_MARKER_TTL),
         )),

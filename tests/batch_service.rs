@@ -20,10 +20,10 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
-use idemq::Effect;
-use idemq::effect::{Key, Write};
-use idemq::handler::{Handler, JobError, JobMeta};
 use idemq::lambda::BatchService;
+use idemq::store::dynamodb::Effect;
+use idemq::store::dynamodb::{Key, Write};
+use idemq::{Handler, JobError, JobMeta};
 use lambda_runtime::tower::{Service, ServiceExt};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};

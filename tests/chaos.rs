@@ -453,7 +453,7 @@ async fn s10_13_bad_input_corpus_and_no_payload_in_logs() {
     }
 }
 
-/// 15. Follow-up jobs exactly once (src/followup.rs): ledger workers
+/// 15. Follow-up jobs exactly once (src/followup/): ledger workers
 /// (examples/ledger.rs) take transfers with `then_credit`, 10% of them sent
 /// twice, while they die at a failpoint between the commit and the
 /// follow-up send and by SIGKILL at random instants. Every account, first

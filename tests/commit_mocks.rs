@@ -16,11 +16,11 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure,
 };
 use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
-use idemq::effect::Item;
-use idemq::{
-    CommitError, CommitOutcome, Committer, Effect, JobId, JobRef, Key, PayloadHash, TableLayout,
-    Write,
-};
+use idemq::config::TableLayout;
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::dynamodb::Item;
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
+use idemq::store::{CommitError, CommitOutcome, JobRef};
 
 const TABLE: &str = "idemq-test";
 
@@ -889,13 +889,15 @@ mod through_the_batch {
     use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
     use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
     use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
+    use idemq::batch::Verdict;
     use idemq::batch::{BatchReport, Message, Processor};
-    use idemq::classify::{FailureKind, Verdict};
     use idemq::config::BatchConfig;
+    use idemq::failure::FailureKind;
 
-    use idemq::handler::{JobMeta, handler_fn};
+    use idemq::config::TableLayout;
+    use idemq::job::JobIdResolver;
     use idemq::queue::QueueInfo;
-    use idemq::{JobIdResolver, TableLayout};
+    use idemq::{JobMeta, handler_fn};
     use tokio::time::Instant;
 
     /// The SDK's `test-util` feature is on for DynamoDB only, so SQS's
@@ -981,7 +983,7 @@ mod through_the_batch {
         let ttl = Duration::from_secs(3600);
         let processor = Processor::new(
             handler,
-            std::sync::Arc::new(idemq::store::DynamoDb::new(
+            std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
                 Committer::new(ddb.clone(), layout.clone(), ttl),
                 idemq::store::dynamodb::FailureTable::new(ddb, layout, ttl),
             )),

@@ -20,8 +20,10 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use common::{fresh_table, number, sdk, unique};
-use idemq::effect::Item;
-use idemq::{CommitOutcome, Committer, Effect, JobId, JobRef, Key, PayloadHash, Write};
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::dynamodb::Item;
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
+use idemq::store::{CommitOutcome, JobRef};
 
 const TTL: Duration = Duration::from_secs(21 * 24 * 3600);
 

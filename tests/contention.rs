@@ -9,9 +9,9 @@ use std::sync::{Arc, OnceLock};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::config::BatchConfig;
-use idemq::effect::{Effect, Item, Key, Write};
-use idemq::handler::{Handler, JobError, JobMeta, handler_fn};
+use idemq::store::dynamodb::{Effect, Item, Key, Write};
 use idemq::testing::{KitConfig, TestKit};
+use idemq::{Handler, JobError, JobMeta, handler_fn};
 
 #[path = "../examples/optimistic_concurrency.rs"]
 mod optimistic_concurrency;
@@ -32,7 +32,7 @@ struct Racing {
 
 impl Handler for Racing {
     type Job = Adjust;
-    type Effect = idemq::Effect;
+    type Effect = idemq::store::dynamodb::Effect;
 
     async fn handle(&self, job: Adjust, meta: JobMeta) -> Result<Effect, JobError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
@@ -99,7 +99,7 @@ fn number(item: &Item, name: &str) -> i64 {
 }
 
 /// `(stock, version)` of the widget.
-fn stock<H: idemq::handler::Handler>(kit: &TestKit<H>) -> (i64, i64) {
+fn stock<H: idemq::Handler>(kit: &TestKit<H>) -> (i64, i64) {
     let item = kit.item(&Key::string("pk", "stock#widget")).unwrap();
     (number(&item, "stock"), number(&item, "version"))
 }

@@ -19,18 +19,17 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use common::{drain, idemq, init_queue, sdk, string_attribute};
 use idemq::backoff::Backoff;
-use idemq::classify::{Failure, FailureKind};
 use idemq::config::BatchConfig;
-use idemq::dead_letter::{
-    ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, FailureRecord, MAX_RECORD_CHAIN,
-    MAX_RECORD_ERROR,
-};
+use idemq::config::TableLayout;
+use idemq::dead_letter::{ATTR_ATTEMPTS, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE};
 use idemq::failure::MAX_RECORD_BACKTRACE;
-use idemq::handler::{JobError, JobMeta, handler_fn};
+use idemq::failure::{Failure, FailureKind};
+use idemq::failure::{FailureRecord, MAX_RECORD_CHAIN, MAX_RECORD_ERROR};
 use idemq::init::InitReport;
 use idemq::producer::{Job, Producer};
+use idemq::store::dynamodb::Effect;
 use idemq::worker::{WorkerArgs, run_with};
-use idemq::{Effect, TableLayout};
+use idemq::{JobError, JobMeta, handler_fn};
 
 type Calls = Arc<Mutex<HashMap<String, u32>>>;
 

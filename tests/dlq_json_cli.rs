@@ -14,9 +14,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{idemq_bin, init_queue, sdk, string_attribute, unique};
-use idemq::TableLayout;
-use idemq::classify::{Failure, FailureKind};
-use idemq::dead_letter::FailureRecord;
+use idemq::config::TableLayout;
+use idemq::failure::FailureRecord;
+use idemq::failure::{Failure, FailureKind};
 use serde_json::Value;
 
 /// The CLI with the consumer settings `env` and none of this process's
@@ -99,7 +99,7 @@ async fn letters_with_records() -> Setup {
                     chain: vec!["connection refused".into()],
                     backtrace: Some(BACKTRACE.into()),
                 },
-                failed_at: idemq::clock::now(),
+                failed_at: idemq::testing::clock::now(),
                 source_queue: queue_name.clone(),
                 payload_hash: "h".into(),
                 deploy: "7".into(),

@@ -13,13 +13,15 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use idemq::batch::Verdict;
 use idemq::batch::{Message, Processor};
-use idemq::classify::Verdict;
 use idemq::config::BatchConfig;
+use idemq::config::TableLayout;
 use idemq::envelope::Envelope;
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::job::{JobIdResolver, PayloadHash};
 use idemq::queue::QueueInfo;
-use idemq::{Committer, Effect, JobIdResolver, Key, PayloadHash, TableLayout, Write};
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
+use idemq::{JobMeta, handler_fn};
 use tokio::time::Instant;
 
 fn ddb(rule: &Rule) -> aws_sdk_dynamodb::Client {
@@ -124,7 +126,7 @@ async fn run(
     });
     let processor = Processor::new(
         handler,
-        std::sync::Arc::new(idemq::store::DynamoDb::new(
+        std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
             Committer::new(ddb.clone(), layout.clone(), ttl),
             idemq::store::dynamodb::FailureTable::new(ddb, layout, ttl),
         )),

@@ -5,9 +5,10 @@
 //! which puts no limit on a number's digits.
 
 use idemq::envelope::{Envelope, canonical_json};
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::job::{JobIdResolver, PayloadHash};
+use idemq::store::dynamodb::Effect;
 use idemq::testing::{KitConfig, TestKit};
-use idemq::{Effect, JobIdResolver, PayloadHash};
+use idemq::{JobMeta, handler_fn};
 
 fn resolver() -> JobIdResolver {
     JobIdResolver::new()

@@ -20,16 +20,18 @@ mod sns_fanout;
 use std::time::Duration;
 
 use common::{dlq_total, init_queue, ledger, number, quick_backoff, sdk, unique};
+use idemq::Host;
+use idemq::config::{IdempotencyConfig, TableLayout};
 use idemq::envelope::Envelope;
-use idemq::host::Host;
 use idemq::init::InitReport;
+use idemq::job::JobIdResolver;
 use idemq::metrics::BatchMetrics;
 use idemq::producer::Job;
-use idemq::{IdempotencyConfig, JobIdResolver, TableLayout, TopicProducer};
+use idemq::topic::TopicProducer;
 
 /// Runs `handler` as the local worker on `res`'s queue, jobs in `envelope`
 /// (and ids at `pointer` in the inner message), until idle for 3 s.
-async fn work<H: idemq::handler::Handler<Effect = idemq::Effect>>(
+async fn work<H: idemq::Handler<Effect = idemq::store::dynamodb::Effect>>(
     handler: H,
     res: &InitReport,
     resolver: JobIdResolver,
@@ -350,7 +352,9 @@ async fn enveloped_dead_letters_are_shown_and_redriven() {
         .await
         .unwrap();
     let secret = "4111-1111-1111-1111";
-    let producer = idemq::Producer::new(&sdk, &res.queue_url).await.unwrap();
+    let producer = idemq::producer::Producer::new(&sdk, &res.queue_url)
+        .await
+        .unwrap();
     producer
         .send_job(Job::raw("raw-1", format!(r#"{{"card":"{secret}"}}"#)))
         .await

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::Effect;
-use idemq::handler::{Handler, JobError, JobMeta, handler_fn};
+use idemq::store::dynamodb::Effect;
 use idemq::testing::TestKit;
+use idemq::{Handler, JobError, JobMeta, handler_fn};
 
 const TABLE: &str = "jobs-table";
 const DAY: Duration = Duration::from_secs(86_400);
@@ -20,7 +20,7 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// DynamoDB (a card charge) that must not happen twice.
 fn counting(
     runs: Arc<AtomicUsize>,
-) -> impl Handler<Job = serde_json::Value, Effect = idemq::Effect> {
+) -> impl Handler<Job = serde_json::Value, Effect = idemq::store::dynamodb::Effect> {
     handler_fn(move |_job: serde_json::Value, _meta: JobMeta| {
         let runs = Arc::clone(&runs);
         async move {

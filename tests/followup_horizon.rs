@@ -1,6 +1,6 @@
 //! A duplicate re-sends the follow-ups its marker stores only while the
 //! marker's commit is within the follow-up horizon (the marker TTL less the
-//! replay window, src/followup.rs), and a re-sent follow-up carries the
+//! replay window, src/followup/), and a re-sent follow-up carries the
 //! parent's commit time as `idemq-first-enqueued`: through the real Lambda
 //! batch service against the in-memory DynamoDB and SQS of
 //! `idemq::testing`, with the ledger, whose fused marker (its entry) never
@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::Key;
+use idemq::store::dynamodb::Key;
 use idemq::testing::{SentMessage, TestKit};
 
 #[path = "common/event.rs"]

@@ -1,4 +1,4 @@
-//! Follow-up jobs (`Effect::then_send`, src/followup.rs) through the real
+//! Follow-up jobs (`Effect::then_send`, src/followup/) through the real
 //! Lambda batch service against the in-memory DynamoDB and SQS of
 //! `idemq::testing`: sent only when the job commits, re-sent from the
 //! marker by a redelivery, and a failed send keeps the job on the queue.
@@ -10,11 +10,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use idemq::Key;
-use idemq::effect::{Effect, Item, Write};
 use idemq::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp};
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::store::dynamodb::Key;
+use idemq::store::dynamodb::{Effect, Item, Write};
 use idemq::testing::{QueueSpec, TestKit};
+use idemq::{JobMeta, handler_fn};
 
 #[path = "../examples/ledger.rs"]
 mod ledger;
@@ -38,7 +38,7 @@ fn event(records: &[(&str, &str, &str, u32)]) -> String {
     event::sqs_event(QUEUE, &records)
 }
 
-fn balance<H: idemq::handler::Handler>(kit: &TestKit<H>, account: &str) -> Option<String> {
+fn balance<H: idemq::Handler>(kit: &TestKit<H>, account: &str) -> Option<String> {
     kit.item(&Key::string("pk", format!("account#{account}")))
         .and_then(|i| i.get("balance").and_then(|v| v.as_n().ok()).cloned())
 }

@@ -15,13 +15,16 @@ use aws_smithy_runtime_api::client::http::{
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
+use idemq::batch::Verdict;
 use idemq::batch::{Message, Processor};
-use idemq::classify::{FailureKind, Verdict};
+use idemq::config::TableLayout;
 use idemq::config::{BatchConfig, DEFAULT_MARKER_TTL};
+use idemq::failure::FailureKind;
 use idemq::followup::{FOLLOW_UPS_ATTRIBUTE, FollowUp};
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::job::JobIdResolver;
 use idemq::queue::QueueInfo;
-use idemq::{Committer, Effect, JobIdResolver, Key, TableLayout, Write};
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
+use idemq::{JobMeta, handler_fn};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -205,7 +208,7 @@ async fn run(commit: Commit) -> (Verdict, Fake) {
     let layout = TableLayout::new("jobs");
     let processor = Processor::new(
         handler,
-        std::sync::Arc::new(idemq::store::DynamoDb::new(
+        std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
             Committer::new(fake.ddb(), layout.clone(), DEFAULT_MARKER_TTL),
             idemq::store::dynamodb::FailureTable::new(fake.ddb(), layout, DEFAULT_MARKER_TTL),
         )),

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::error::{
 };
 use aws_sdk_dynamodb::types::{SseType, TableDescription, TableStatus};
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
-use idemq::TableLayout;
+use idemq::config::TableLayout;
 
 /// On AWS a table just created may refuse `UpdateContinuousBackups` with
 /// `ContinuousBackupsUnavailableException` ("Backups have not yet been

@@ -26,9 +26,9 @@ use tokio::time::Instant;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::{attribute, drain, number, sdk, unique};
-use idemq::TableLayout;
-use idemq::classify::FailureKind;
 use idemq::config::DEFAULT_MARKER_TTL;
+use idemq::config::TableLayout;
+use idemq::failure::FailureKind;
 use idemq::init::{InitSpec, init};
 use serde_json::Value;
 
@@ -369,7 +369,7 @@ fn fixtures_are_sqs_events_that_idemq_reads() {
                 "{name}"
             );
             assert_eq!(
-                msg.attributes[idemq::JOB_ID_ATTRIBUTE].string_value(),
+                msg.attributes[idemq::job::JOB_ID_ATTRIBUTE].string_value(),
                 job_attr.string_value.as_deref(),
                 "{name}"
             );

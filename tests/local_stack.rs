@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::{fresh_table, number, sdk, unique};
-use idemq::effect::Item;
-use idemq::{
-    CommitOutcome, Committer, Effect, JobId, JobRef, Key, PayloadHash, TableLayout, Write,
-};
+use idemq::config::TableLayout;
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::dynamodb::Item;
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
+use idemq::store::{CommitOutcome, JobRef};
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -14,9 +14,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::{Effect, Item, Write};
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::dynamodb::{Committer, Key};
+use idemq::store::dynamodb::{Effect, Item, Write};
+use idemq::store::{CommitOutcome, JobRef};
 use idemq::testing::TestKit;
-use idemq::{CommitOutcome, Committer, JobId, JobRef, Key, PayloadHash};
 
 #[path = "../examples/ledger.rs"]
 mod ledger;
@@ -36,7 +38,7 @@ fn event(message_id: &str, body: &str, job_id: &str, receives: u32) -> String {
     event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), receives)])
 }
 
-fn n<H: idemq::handler::Handler>(kit: &TestKit<H>, pk: &str, attribute: &str) -> Option<String> {
+fn n<H: idemq::Handler>(kit: &TestKit<H>, pk: &str, attribute: &str) -> Option<String> {
     kit.item(&Key::string("pk", pk))
         .and_then(|i| i.get(attribute).and_then(|v| v.as_n().ok()).cloned())
 }
@@ -146,7 +148,7 @@ async fn commit(c: &Committer, id: &str, body: &str, effect: &Effect) -> CommitO
     c.commit(job, effect).await.expect("commit")
 }
 
-fn committer<H: idemq::handler::Handler>(kit: &TestKit<H>) -> Committer {
+fn committer<H: idemq::Handler>(kit: &TestKit<H>) -> Committer {
     Committer::new(kit.dynamodb_client().clone(), kit.layout().clone(), TTL)
 }
 

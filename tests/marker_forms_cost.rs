@@ -17,8 +17,11 @@ use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_mocks::{RuleMode, mock, mock_client};
-use idemq::effect::Item;
-use idemq::{Committer, Effect, JobId, JobRef, Key, PayloadHash, TableLayout, Write};
+use idemq::config::TableLayout;
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::JobRef;
+use idemq::store::dynamodb::Item;
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
 
 /// One committed job's requests.
 #[derive(Debug, PartialEq, Eq)]

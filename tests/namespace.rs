@@ -10,16 +10,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use idemq::config::{LegacyMarkers, TableLayout};
-use idemq::effect::{Effect, Item, Write};
-use idemq::handler::{JobError, JobMeta, handler_fn};
+use idemq::job::PayloadHash;
+use idemq::store::dynamodb::Key;
+use idemq::store::dynamodb::{Effect, Item, Write};
 use idemq::testing::{KitConfig, TestKit};
-use idemq::{Key, PayloadHash};
+use idemq::{JobError, JobMeta, handler_fn};
 
 const TABLE: &str = "shared";
 
 /// Counts each application in the shared table, per consumer (the queue
 /// the job came from) and job: `applied#<queue>#<job>`, attribute `n`.
-fn counting_kit(legacy: LegacyMarkers) -> TestKit<impl idemq::handler::Handler> {
+fn counting_kit(legacy: LegacyMarkers) -> TestKit<impl idemq::Handler> {
     let handler = handler_fn(|job: serde_json::Value, meta: JobMeta| async move {
         if job["bad"] == true {
             return Err(JobError::permanent("a bad job"));
@@ -39,7 +40,7 @@ fn counting_kit(legacy: LegacyMarkers) -> TestKit<impl idemq::handler::Handler> 
     TestKit::with_config(handler, config)
 }
 
-fn applied<H: idemq::handler::Handler>(kit: &TestKit<H>, queue: &str, job: &str) -> u64 {
+fn applied<H: idemq::Handler>(kit: &TestKit<H>, queue: &str, job: &str) -> u64 {
     kit.item(&Key::string("pk", format!("applied#{queue}#{job}")))
         .and_then(|i| i.get("n").and_then(|v| v.as_n().ok()).cloned())
         .map_or(0, |n| n.parse().unwrap())

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use idemq::Key;
-use idemq::effect::Effect;
-use idemq::handler::{Handler, JobError, JobMeta};
+use idemq::store::dynamodb::Effect;
+use idemq::store::dynamodb::Key;
 use idemq::testing::TestKit;
+use idemq::{Handler, JobError, JobMeta};
 
 #[path = "common/event.rs"]
 mod event;
@@ -38,7 +38,7 @@ struct Switch {
 
 impl Handler for Switch {
     type Job = Transfer;
-    type Effect = idemq::Effect;
+    type Effect = idemq::store::dynamodb::Effect;
 
     async fn handle(&self, t: Transfer, meta: JobMeta) -> Result<Effect, JobError> {
         if self.occ.load(Ordering::SeqCst) {
@@ -65,11 +65,7 @@ fn event(message_id: &str, body: &str, job_id: &str) -> String {
     event::sqs_event(QUEUE, &[(message_id, body, Some(job_id), 1)])
 }
 
-fn number<H: idemq::handler::Handler>(
-    kit: &TestKit<H>,
-    account: &str,
-    name: &str,
-) -> Option<String> {
+fn number<H: idemq::Handler>(kit: &TestKit<H>, account: &str, name: &str) -> Option<String> {
     kit.item(&Key::string("pk", format!("account#{account}")))
         .and_then(|i| i.get(name).and_then(|v| v.as_n().ok()).cloned())
 }

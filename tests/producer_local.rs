@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 
 use common::{attribute, idemq, init_queue, number, sdk, unique};
-use idemq::Producer;
+use idemq::producer::Producer;
 use idemq::producer::{Job, SendError};
 
 /// Everything on the queue, in receive order: (job id, group, body).

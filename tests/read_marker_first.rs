@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::Key;
-use idemq::effect::{Effect, Write};
 use idemq::followup::FollowUp;
-use idemq::handler::{JobMeta, LookUp, handler_fn};
+use idemq::store::dynamodb::Key;
+use idemq::store::dynamodb::{Effect, Write};
 use idemq::testing::{KitConfig, TestKit};
+use idemq::{JobMeta, LookUp, handler_fn};
 
 const TABLE: &str = "idemq";
 const QUEUE: &str = "charges";
@@ -29,9 +29,7 @@ fn event(message_id: &str, body: &str, job_id: &str, receives: u32) -> String {
 
 /// A handler with an external effect (counted in `charges`, standing in
 /// for a card charge), a DynamoDB effect and a follow-up.
-fn charging_kit(
-    read_marker_first: bool,
-) -> (TestKit<impl idemq::handler::Handler>, Arc<AtomicU32>) {
+fn charging_kit(read_marker_first: bool) -> (TestKit<impl idemq::Handler>, Arc<AtomicU32>) {
     charging_kit_declaring(read_marker_first, LookUp::BeforeHandler)
 }
 
@@ -39,7 +37,7 @@ fn charging_kit(
 fn charging_kit_declaring(
     read_marker_first: bool,
     look_up: LookUp,
-) -> (TestKit<impl idemq::handler::Handler>, Arc<AtomicU32>) {
+) -> (TestKit<impl idemq::Handler>, Arc<AtomicU32>) {
     let charges = Arc::new(AtomicU32::new(0));
     let counter = Arc::clone(&charges);
     let handler = handler_fn(move |_: serde_json::Value, meta: JobMeta| {
@@ -61,12 +59,12 @@ fn charging_kit_declaring(
     (TestKit::with_config(handler, config), charges)
 }
 
-fn charged<H: idemq::handler::Handler>(kit: &TestKit<H>) -> Option<String> {
+fn charged<H: idemq::Handler>(kit: &TestKit<H>) -> Option<String> {
     kit.item(&Key::string("pk", "charged"))
         .and_then(|i| i.get("n").and_then(|v| v.as_n().ok()).cloned())
 }
 
-fn receipts<H: idemq::handler::Handler>(kit: &TestKit<H>) -> usize {
+fn receipts<H: idemq::Handler>(kit: &TestKit<H>) -> usize {
     kit.sqs()
         .sent_messages()
         .iter()
@@ -160,7 +158,7 @@ async fn a_legacy_marker_is_found_before_the_handler() {
         config.idempotency.read_marker_first = read_first;
         config.idempotency.legacy_markers = legacy;
         let kit = TestKit::with_config(handler, config);
-        let hash = idemq::PayloadHash::of(b"{}").to_string();
+        let hash = idemq::job::PayloadHash::of(b"{}").to_string();
         kit.dynamodb()
             .put_item(
                 TABLE,

@@ -206,7 +206,7 @@ fn replay() {
 fn a_seed_replays_exactly() {
     // Seed 59 (24 h): a producer's retry after a throttled batch drifted
     // by milliseconds between runs while its jitter came from an unseeded
-    // generator (src/producer.rs).
+    // generator (src/producer/).
     // And a FIFO run (its receive, deduplication and groups).
     let fifo = |seed, hours| Config::fifo_of_seed(seed, hours);
     let of_seed = |seed, hours| Config::of_seed(seed, hours);
@@ -667,7 +667,7 @@ fn optimistic_races_count_exactly() {
     assert!(stale > 0, "no eventually consistent read was stale");
 }
 
-/// Follow-up jobs (`Effect::then_send`, src/followup.rs) under kills and
+/// Follow-up jobs (`Effect::then_send`, src/followup/) under kills and
 /// lost or throttled sends: every job but the children sends a child after
 /// its commit, hosts are killed at random instants (between a commit and
 /// its send too), one request in ten is lost or throttled, and three

@@ -13,8 +13,8 @@ use aws_sdk_sns::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sns::operation::publish_batch::PublishBatchOutput;
 use aws_sdk_sns::types::{BatchResultErrorEntry, PublishBatchResultEntry};
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
-use idemq::TopicProducer;
 use idemq::producer::{Job, SendError};
+use idemq::topic::TopicProducer;
 
 fn sns(rule: &Rule) -> Client {
     let interceptor = MockResponseInterceptor::new()

@@ -16,11 +16,12 @@ use aws_sdk_sqs::operation::send_message::{SendMessageError, SendMessageOutput};
 use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName, SendMessageBatchResultEntry};
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
-use idemq::classify::{Failure, FailureKind};
 use idemq::dead_letter::{
     ATTR_ATTEMPTS, ATTR_DEPLOY, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE, DeadLetter,
-    DeadLetters, DlqError, FailureRecord,
+    DeadLetters,
 };
+use idemq::failure::{DlqError, FailureRecord};
+use idemq::failure::{Failure, FailureKind};
 use idemq::producer::{Job, Producer, SendError};
 
 type Attributes = HashMap<String, MessageAttributeValue>;

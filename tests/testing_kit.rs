@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::Key;
-use idemq::effect::{Effect, Item, Write, WriteKind};
-use idemq::handler::{Handler, JobError, JobMeta, handler_fn};
+use idemq::store::dynamodb::Key;
+use idemq::store::dynamodb::{Effect, Item, Write, WriteKind};
 use idemq::testing::{KitConfig, TestKit, job_meta, write_to, writes};
+use idemq::{Handler, JobError, JobMeta, handler_fn};
 
 #[path = "../examples/ledger.rs"]
 mod ledger;
@@ -39,7 +39,7 @@ fn s(item: &Item, name: &str) -> Option<String> {
     item.get(name).and_then(|v| v.as_s().ok()).cloned()
 }
 
-fn balance<H: idemq::handler::Handler>(kit: &TestKit<H>, account: &str) -> Option<String> {
+fn balance<H: idemq::Handler>(kit: &TestKit<H>, account: &str) -> Option<String> {
     kit.item(&Key::string("pk", format!("account#{account}")))
         .and_then(|i| i.get("balance").and_then(|v| v.as_n().ok()).cloned())
 }

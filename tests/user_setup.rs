@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::{JobMeta, handler_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -43,7 +43,9 @@ async fn run_keeps_the_programs_subscriber_and_panic_hook() {
         std::env::set_var("IDEMQ_LOG", "not=a=filter");
         std::env::remove_var("IDEMQ_TABLE");
     }
-    let handler = handler_fn(|_: serde_json::Value, _: JobMeta| async { Ok(idemq::Effect::new()) });
+    let handler = handler_fn(|_: serde_json::Value, _: JobMeta| async {
+        Ok(idemq::store::dynamodb::Effect::new())
+    });
     let err = idemq::run(handler).await.expect_err("no IDEMQ_TABLE");
     assert!(err.to_string().contains("IDEMQ_TABLE"), "{err}");
 

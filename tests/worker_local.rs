@@ -12,8 +12,8 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntr
 use common::{attribute, drain, init_queue, number, sdk, string_attribute};
 use idemq::backoff::Backoff;
 use idemq::config::BatchConfig;
+use idemq::config::{DEFAULT_MARKER_TTL, TableLayout};
 use idemq::worker::{WorkerArgs, run_with};
-use idemq::{TableLayout, config::DEFAULT_MARKER_TTL};
 
 /// Sends (job id, body) pairs, 10 per call.
 async fn send(sqs: &aws_sdk_sqs::Client, url: &str, jobs: &[(Option<String>, String)]) {
@@ -206,9 +206,10 @@ async fn five_hundred_ledger_jobs_with_duplicates_outage_and_malformed() {
 #[tokio::test]
 async fn transient_failure_sets_visibility_observed_on_the_queue() {
     use idemq::batch::{Message, Processor};
-    use idemq::handler::{JobError, JobMeta, handler_fn};
+    use idemq::job::JobIdResolver;
     use idemq::queue::QueueInfo;
-    use idemq::{Committer, JobIdResolver};
+    use idemq::store::dynamodb::Committer;
+    use idemq::{JobError, JobMeta, handler_fn};
 
     let sdk = sdk().await;
     let res = init_queue(&sdk, "ledger", false, 6, 10).await;
@@ -223,7 +224,7 @@ async fn transient_failure_sets_visibility_observed_on_the_queue() {
     });
     let processor = Processor::new(
         handler,
-        std::sync::Arc::new(idemq::store::DynamoDb::new(
+        std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
             Committer::new(ddb.clone(), layout.clone(), DEFAULT_MARKER_TTL),
             idemq::store::dynamodb::FailureTable::new(ddb, layout, DEFAULT_MARKER_TTL),
         )),
@@ -313,10 +314,10 @@ impl Captured {
 #[tokio::test]
 async fn a_retry_past_retention_is_dead_lettered_now_with_the_reason() {
     use aws_sdk_sqs::types::QueueAttributeName;
-    use idemq::IdempotencyConfig;
+    use idemq::Host;
     use idemq::batch::Message;
-    use idemq::handler::{JobError, JobMeta, handler_fn};
-    use idemq::host::Host;
+    use idemq::config::IdempotencyConfig;
+    use idemq::{JobError, JobMeta, handler_fn};
 
     let sdk = sdk().await;
     let res = init_queue(&sdk, "retention", false, 6, 10).await;
@@ -416,10 +417,10 @@ async fn a_stop_during_a_batch_finishes_and_acknowledges_it() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    use idemq::Host;
     use idemq::config::IdempotencyConfig;
-    use idemq::handler::{JobMeta, handler_fn};
-    use idemq::host::Host;
     use idemq::worker::serve_until;
+    use idemq::{JobMeta, handler_fn};
 
     let sdk = sdk().await;
     let res = init_queue(&sdk, "stop", false, 6, 30).await;
@@ -440,7 +441,7 @@ async fn a_stop_during_a_batch_finishes_and_acknowledges_it() {
             stop_tx.send_replace(true);
             async {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                Ok(idemq::Effect::new())
+                Ok(idemq::store::dynamodb::Effect::new())
             }
         })
     };
@@ -567,10 +568,10 @@ async fn stop_during_a_receive_hands_its_messages_back(when: StopWhen) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    use idemq::Host;
     use idemq::config::IdempotencyConfig;
-    use idemq::handler::{JobMeta, handler_fn};
-    use idemq::host::Host;
     use idemq::worker::serve_until;
+    use idemq::{JobMeta, handler_fn};
 
     let sdk = sdk().await;
     let res = init_queue(&sdk, "handback", false, 6, 30).await;
@@ -592,7 +593,7 @@ async fn stop_during_a_receive_hands_its_messages_back(when: StopWhen) {
         let ran = Arc::clone(&ran);
         handler_fn(move |_: serde_json::Value, _: JobMeta| {
             ran.fetch_add(1, Ordering::SeqCst);
-            async { Ok(idemq::Effect::new()) }
+            async { Ok(idemq::store::dynamodb::Effect::new()) }
         })
     };
     let host = Host::from_clients(

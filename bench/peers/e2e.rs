@@ -25,7 +25,7 @@ pub(crate) async fn e2e(b: &Bench, peer: Peer) -> Result<EndToEnd, Error> {
                 Ok(SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .message_body(j.body())
-                    .message_attributes(idemq::JOB_ID_ATTRIBUTE, attr)
+                    .message_attributes(idemq::job::JOB_ID_ATTRIBUTE, attr)
                     .build()?)
             })
             .collect::<Result<Vec<_>, Error>>()?;

@@ -64,7 +64,7 @@ pub(crate) fn event(arn: &str, jobs: &[Job]) -> Vec<u8> {
                     "ApproximateFirstReceiveTimestamp": now,
                 },
                 "messageAttributes": {
-                    idemq::JOB_ID_ATTRIBUTE: {
+                    idemq::job::JOB_ID_ATTRIBUTE: {
                         "stringValue": j.id,
                         "stringListValues": [],
                         "binaryListValues": [],

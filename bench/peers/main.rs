@@ -71,7 +71,7 @@ use tokio::net::TcpStream;
 use cold::{cold, watch_cold};
 use e2e::e2e;
 use harness::{Bench, balance, setup};
-use idemq::TableLayout;
+use idemq::config::TableLayout;
 use idemq::init::{InitSpec, init};
 use jobs::{Job, Jobs, event, failures, median, percentile};
 use proxy::{Counts, Proxy, diff, total};

@@ -90,9 +90,10 @@ pub(crate) enum StoreKind {
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres_store(
     sdk: &aws_config::SdkConfig,
-) -> Result<idemq::postgres::Postgres, String> {
-    let config = idemq::postgres::PostgresConfig::from_env(sdk, 1).map_err(|e| e.to_string())?;
-    idemq::postgres::Postgres::new(config).map_err(|e| e.to_string())
+) -> Result<idemq::store::postgres::Postgres, String> {
+    let config =
+        idemq::store::postgres::PostgresConfig::from_env(sdk, 1).map_err(|e| e.to_string())?;
+    idemq::store::postgres::Postgres::new(config).map_err(|e| e.to_string())
 }
 
 #[derive(clap::Args)]

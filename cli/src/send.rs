@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use idemq::Producer;
 use idemq::producer::Job;
+use idemq::producer::Producer;
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, clap::Args)]
@@ -256,7 +256,7 @@ fn progress(total: Option<u64>) -> ProgressBar {
 /// Where the jobs go: a queue, or an SNS topic that fans them out.
 enum Sender {
     Queue(Producer),
-    Topic(idemq::TopicProducer),
+    Topic(idemq::topic::TopicProducer),
 }
 
 impl Sender {
@@ -302,7 +302,7 @@ pub async fn run(args: SendArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
         );
     }
     let producer = match (&args.topic_arn, &args.queue_url) {
-        (Some(topic), _) => Sender::Topic(idemq::TopicProducer::new(sdk, topic)),
+        (Some(topic), _) => Sender::Topic(idemq::topic::TopicProducer::new(sdk, topic)),
         (None, Some(queue)) => match Producer::new(sdk, queue).await {
             Ok(p) => Sender::Queue(p),
             Err(e) => return crate::usage_error(&e.to_string()),

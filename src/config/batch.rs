@@ -33,7 +33,7 @@ pub struct BatchConfig {
     pub backoff: Backoff,
     /// How many times one invocation runs a job again after it lost an
     /// optimistic-concurrency race (a
-    /// [`Write::optimistic`](crate::effect::Write::optimistic) condition
+    /// [`Write::optimistic`](crate::store::dynamodb::Write::optimistic) condition
     /// failed) before handing it back to SQS with backoff. Default 3; 0
     /// backs off at the first lost race.
     pub contention_retries: u32,

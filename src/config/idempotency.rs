@@ -88,7 +88,7 @@ pub struct IdempotencyConfig {
 /// markers (on DynamoDB a consistent `BatchGetItem`, 1 read unit per job)
 /// buys a handler that never runs again for a job already committed,
 /// however late the copy; a handler whose every effect is in its `Effect`
-/// declares that it needs none ([`crate::handler::LookUp`]). The numbers
+/// declares that it needs none ([`crate::LookUp`]). The numbers
 /// are in BENCHMARKS.md.
 pub const DEFAULT_READ_MARKER_FIRST: bool = true;
 

@@ -134,8 +134,8 @@ impl ConsumerEnv {
     pub fn postgres(
         &self,
         sdk_config: &aws_config::SdkConfig,
-    ) -> Result<crate::postgres::PostgresConfig, ConfigError> {
-        crate::postgres::PostgresConfig::from_lookup(
+    ) -> Result<crate::store::postgres::PostgresConfig, ConfigError> {
+        crate::store::postgres::PostgresConfig::from_lookup(
             |k| self.get(k).map(str::to_owned),
             sdk_config,
             1,

@@ -10,7 +10,7 @@
 //! sends, metrics) knows no store; it sees one only through this trait.
 //!
 //! - [`dynamodb`]: DynamoDB, one `TransactWriteItems` per job
-//!   ([`DynamoDb`]);
+//!   ([`DynamoDb`](dynamodb::DynamoDb));
 //! - `postgres` (feature `postgres`): PostgreSQL, one pipelined SQL
 //!   transaction per job (`Postgres`).
 //!
@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use crate::commit::{CommitError, CommitOutcome, JobRef, Marker};
 use crate::failure::{DlqError, FailureRecord, LetterKey};
 use crate::followup::{FollowUp, StoredMarker};
 use crate::job::JobId;
@@ -33,7 +32,7 @@ pub mod dynamodb;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
-pub use dynamodb::DynamoDb;
+pub use crate::commit::{CommitError, CommitOutcome, InvalidEffect, JobRef, Marker};
 
 /// A system of record that commits a job's marker with its effect,
 /// atomically.

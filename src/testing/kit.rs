@@ -364,7 +364,7 @@ impl<H: Handler> TestKit<H> {
 
     /// A job's dedup marker, if committed: idemq's own marker item, or the
     /// job's item in the idemq table that is its marker
-    /// ([`Effect::marked_by`](crate::effect::Effect::marked_by): it carries
+    /// ([`Effect::marked_by`](crate::store::dynamodb::Effect::marked_by): it carries
     /// the job id and payload hash).
     ///
     /// idemq's own marker is found in any consumer's namespace (the first

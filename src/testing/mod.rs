@@ -4,7 +4,7 @@
 //! - [`job_meta`] builds the [`JobMeta`] a handler receives, so a test can
 //!   call `handler.handle(job, job_meta("t-1"))` directly;
 //! - [`WriteView`] (and [`writes`], [`write_to`]) read back the writes of
-//!   the [`Effect`](crate::Effect) it returned: table, key, kind, condition
+//!   the [`Effect`](crate::store::dynamodb::Effect) it returned: table, key, kind, condition
 //!   and update expressions, names and values;
 //! - [`TestKit`] runs a whole SQS event (the JSON Lambda sends, as in a
 //!   fixture file) through the real batch service of
@@ -56,6 +56,14 @@ mod kit;
 mod number;
 mod sqs;
 pub mod store_suite;
+
+/// The clock idemq reads (`SystemTime` and the jitter source), which a
+/// deterministic simulation replaces on its thread: [`simulate`](clock::simulate)
+/// fixes the epoch and the seed, [`real`](clock::real) hands the thread back
+/// to the wall clock, [`now`](clock::now) is the time idemq sees.
+pub mod clock {
+    pub use crate::clock::{now, real, simulate};
+}
 mod view;
 
 use std::time::Duration;

@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use idemq::init::InitReport;
-use idemq::postgres::{Postgres, PostgresConfig};
 use idemq::store::Provision;
+use idemq::store::postgres::{Postgres, PostgresConfig};
 
 use crate::common::unique;
 use crate::harness::check::{Report, dead_letters, tally};

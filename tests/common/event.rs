@@ -33,7 +33,7 @@ pub fn sqs_event(queue: &str, records: &[(&str, &str, Option<&str>, u32)]) -> St
 }
 
 /// Messages the kit's SQS took for `queue` (not its DLQ) since it started.
-pub fn sent_to<H: idemq::handler::Handler>(kit: &TestKit<H>, queue: &str) -> Vec<SentMessage> {
+pub fn sent_to<H: idemq::Handler>(kit: &TestKit<H>, queue: &str) -> Vec<SentMessage> {
     let sqs = kit.sqs();
     let url = sqs.url(queue);
     sqs.sent_messages()

@@ -8,7 +8,7 @@ pub mod event;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::TableLayout;
+use idemq::config::TableLayout;
 
 /// SDK clients for the local stack. Panics with the fix when the stack's
 /// endpoints are not in the environment: these tests must not pass vacuously.
@@ -182,7 +182,7 @@ pub fn quick_backoff(
 
 /// Runs `handler` as the local worker on `res`'s queue (batches of 10,
 /// `concurrency` at once) until the queue has been idle for `idle_secs`.
-pub async fn work_until_idle<H: idemq::handler::Handler<Effect = idemq::Effect>>(
+pub async fn work_until_idle<H: idemq::Handler<Effect = idemq::store::dynamodb::Effect>>(
     handler: H,
     res: &idemq::init::InitReport,
     concurrency: usize,

@@ -223,7 +223,7 @@ where
         .build()
         .expect("runtime");
     let obs = rt.block_on(async {
-        idemq::clock::simulate(UNIX_EPOCH + Duration::from_secs(1_800_000_000), 1);
+        idemq::testing::clock::simulate(UNIX_EPOCH + Duration::from_secs(1_800_000_000), 1);
         let world = Arc::new(Mutex::new(World::new(Faults::new(1, Rates::NONE), false)));
         let net = Net {
             world: Arc::clone(&world),
@@ -237,7 +237,7 @@ where
         })
         .await
     });
-    idemq::clock::real();
+    idemq::testing::clock::real();
     obs
 }
 

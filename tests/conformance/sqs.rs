@@ -268,7 +268,7 @@ pub async fn attributes(b: Backend) -> Obs {
     let ts: u128 = system(&sent[0], MessageSystemAttributeName::SentTimestamp)
         .and_then(|t| t.parse().ok())
         .unwrap_or_default();
-    let now = idemq::clock::now()
+    let now = idemq::testing::clock::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();

@@ -250,7 +250,7 @@ def check_guards(d: Deployment, needed: dict[str, str]) -> list[str]:
 
 def key_prefix(d: Deployment) -> str:
     """The reserved key prefix the function uses (IDEMQ_KEY_PREFIX, default
-    src/config.rs `idemq#`)."""
+    src/config/layout.rs `idemq#`)."""
     return d.function["env"].get("IDEMQ_KEY_PREFIX", "idemq#")
 
 

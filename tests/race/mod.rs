@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use idemq::CommitOutcome;
+use idemq::store::CommitOutcome;
 
 pub const TASKS: usize = 8;
 pub const JOBS: usize = 200;

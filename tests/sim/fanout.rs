@@ -12,11 +12,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use futures_util::future::join_all;
 use idemq::batch::Processor;
+use idemq::config::TableLayout;
 use idemq::config::{BatchConfig, LegacyMarkers};
-use idemq::effect::{Key, Write};
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::job::JobIdResolver;
 use idemq::queue::QueueInfo;
-use idemq::{Committer, Effect, JobIdResolver, TableLayout};
+use idemq::store::dynamodb::{Committer, Effect};
+use idemq::store::dynamodb::{Key, Write};
+use idemq::{JobMeta, handler_fn};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
@@ -49,7 +51,7 @@ pub fn run(seed: u64, jobs: usize) -> FanOutcome {
 }
 
 async fn simulate(seed: u64, jobs: usize) -> FanOutcome {
-    idemq::clock::simulate(UNIX_EPOCH + Duration::from_secs(1_800_000_000), seed);
+    idemq::testing::clock::simulate(UNIX_EPOCH + Duration::from_secs(1_800_000_000), seed);
     fastrand::seed(seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0xfa40);
     // Faults of the network and the hosts; the handler itself never fails
@@ -86,7 +88,7 @@ async fn simulate(seed: u64, jobs: usize) -> FanOutcome {
             .queue_url(sqs::url(q))
             .message_body(serde_json::json!({ "k": k }).to_string())
             .message_attributes(
-                idemq::JOB_ID_ATTRIBUTE,
+                idemq::job::JOB_ID_ATTRIBUTE,
                 MessageAttributeValue::builder()
                     .data_type("String")
                     .string_value(k)
@@ -130,7 +132,7 @@ async fn simulate(seed: u64, jobs: usize) -> FanOutcome {
             .expect("queue");
         let processor = Processor::new(
             handler(),
-            std::sync::Arc::new(idemq::store::DynamoDb::new(
+            std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
                 Committer::new(ddb.clone(), layout.clone(), ttl)
                     .with_legacy_markers(LegacyMarkers::Read),
                 idemq::store::dynamodb::FailureTable::new(ddb.clone(), layout.clone(), ttl),

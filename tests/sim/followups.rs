@@ -1,5 +1,5 @@
 //! Parents redelivered after their children's markers expired: parent jobs
-//! with a follow-up child (src/followup.rs), their markers fused (a
+//! with a follow-up child (src/followup/), their markers fused (a
 //! transaction with the counter, or the counter's own `PutItem`) or
 //! separate, and children (`<k>/child`) with separate markers; markers live 3 days
 //! (source and DLQ retention 1 day each, so the TTL check holds with the
@@ -30,11 +30,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
 use idemq::batch::Processor;
 use idemq::config::BatchConfig;
-use idemq::effect::{Key, Write};
+use idemq::config::TableLayout;
 use idemq::followup::FollowUp;
-use idemq::handler::{JobMeta, handler_fn};
+use idemq::job::JobIdResolver;
 use idemq::queue::QueueInfo;
-use idemq::{Committer, Effect, JobIdResolver, TableLayout};
+use idemq::store::dynamodb::{Committer, Effect};
+use idemq::store::dynamodb::{Key, Write};
+use idemq::{JobMeta, handler_fn};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
@@ -86,14 +88,14 @@ fn enqueue(world: &Mutex<World>, k: &str, body: &str) {
     let mut w = world.lock().expect("world");
     let w = &mut *w;
     let attributes = BTreeMap::from([(
-        idemq::JOB_ID_ATTRIBUTE.to_owned(),
+        idemq::job::JOB_ID_ATTRIBUTE.to_owned(),
         json!({"DataType": "String", "StringValue": k}),
     )]);
     let (id, _) = w.sqs.enqueue_in_group(
         QUEUE,
         body.to_owned(),
         attributes,
-        idemq::clock::now(),
+        idemq::testing::clock::now(),
         Duration::ZERO,
         None,
     );
@@ -151,7 +153,7 @@ fn effect(job: &Value, meta: &JobMeta) -> Effect {
 }
 
 async fn simulate(seed: u64, parents: usize) -> FollowUpsOutcome {
-    idemq::clock::simulate(UNIX_EPOCH + Duration::from_secs(1_800_000_000), seed);
+    idemq::testing::clock::simulate(UNIX_EPOCH + Duration::from_secs(1_800_000_000), seed);
     fastrand::seed(seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0xf011);
     // The network's and the hosts' faults (crashes between a commit and
@@ -182,7 +184,7 @@ async fn simulate(seed: u64, parents: usize) -> FollowUpsOutcome {
         .expect("queue");
     let processor = Processor::new(
         handler_fn(|job: Value, meta: JobMeta| async move { Ok(effect(&job, &meta)) }),
-        std::sync::Arc::new(idemq::store::DynamoDb::new(
+        std::sync::Arc::new(idemq::store::dynamodb::DynamoDb::new(
             Committer::new(ddb.clone(), layout.clone(), MARKER_TTL),
             idemq::store::dynamodb::FailureTable::new(ddb.clone(), layout.clone(), MARKER_TTL),
         )),
@@ -234,7 +236,7 @@ async fn simulate(seed: u64, parents: usize) -> FollowUpsOutcome {
                     let kept = w
                         .ddb
                         .ttl_deletes_at(TABLE, &marker)
-                        .is_some_and(|at| at > idemq::clock::now() + HOUR);
+                        .is_some_and(|at| at > idemq::testing::clock::now() + HOUR);
                     let child = layout.marker_key(QUEUE, &child_of(&k));
                     if kept && w.ddb.ttl_deletes_at(TABLE, &child).is_none() {
                         *child_marker_gone.lock().expect("late") += 1;

@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsMessage};
+use idemq::Handler;
 use idemq::batch::{Message, Processor};
-use idemq::handler::Handler;
 use idemq::queue::QueueInfo;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -126,7 +126,7 @@ pub async fn environment<H: Handler>(
                 &name,
                 mapping.batch_size,
                 queue.visibility_timeout,
-                idemq::clock::now(),
+                idemq::testing::clock::now(),
                 &mut w.history,
             );
             let next = w.sqs.queues[&name]

@@ -57,7 +57,7 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
 /// clock back to the wall (the simulation set it).
 pub fn run_paused<F: std::future::Future>(simulation: F) -> F::Output {
     let out = paused_runtime().block_on(simulation);
-    idemq::clock::real();
+    idemq::testing::clock::real();
     out
 }
 
@@ -96,7 +96,7 @@ impl World {
 
     /// One request, applied at this instant.
     pub fn apply(&mut self, service: &str, op: &str, body: &Value) -> Reply {
-        let wall = idemq::clock::now();
+        let wall = idemq::testing::clock::now();
         let moves = self.sqs.moves;
         let reply = if service == "dynamodb" {
             self.ddb.apply(op, body, wall, &mut self.history)

@@ -212,7 +212,7 @@ struct SimulatedTime;
 
 impl aws_smithy_async::time::TimeSource for SimulatedTime {
     fn now(&self) -> std::time::SystemTime {
-        idemq::clock::now()
+        idemq::testing::clock::now()
     }
 }
 

@@ -9,13 +9,15 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures_util::future::join_all;
 use idemq::batch::Processor;
 use idemq::config::BatchConfig;
+use idemq::config::TableLayout;
 use idemq::dlq::peek::Peek;
 use idemq::dlq::redrive::{Redrive, RedriveOptions};
-use idemq::effect::{Key, Write};
-use idemq::handler::{JobError, JobMeta, handler_fn};
+use idemq::job::JobIdResolver;
 use idemq::producer::{Job, Producer};
 use idemq::queue::QueueInfo;
-use idemq::{Committer, Effect, JobIdResolver, TableLayout};
+use idemq::store::dynamodb::{Committer, Effect};
+use idemq::store::dynamodb::{Key, Write};
+use idemq::{JobError, JobMeta, handler_fn};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
@@ -323,7 +325,7 @@ pub fn run(config: &Config) -> Outcome {
 
 async fn simulate(config: Config) -> Outcome {
     let epoch = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    idemq::clock::simulate(epoch, config.seed);
+    idemq::testing::clock::simulate(epoch, config.seed);
     // The SDK's retry jitter (fastrand, thread-local).
     fastrand::seed(config.seed);
     let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5eed);
@@ -425,7 +427,7 @@ async fn simulate(config: Config) -> Outcome {
         let mut behaviour = idemq::config::IdempotencyConfig::default();
         behaviour.marker_ttl = ttl;
         behaviour.job_id = resolver.clone();
-        idemq::host::Host::from_clients(
+        idemq::Host::from_clients(
             handler(),
             sqs_client.clone(),
             ddb.clone(),
@@ -435,7 +437,7 @@ async fn simulate(config: Config) -> Outcome {
         )
     });
     // Failure records kept the default TTL, markers the run's.
-    let store = idemq::store::DynamoDb::new(
+    let store = idemq::store::dynamodb::DynamoDb::new(
         Committer::new(ddb.clone(), layout.clone(), ttl),
         idemq::store::dynamodb::FailureTable::new(
             ddb.clone(),
@@ -523,7 +525,7 @@ async fn simulate(config: Config) -> Outcome {
 
     let mut w = world.lock().expect("world");
     let w = &mut *w;
-    w.sqs.expire(idemq::clock::now(), &mut w.history);
+    w.sqs.expire(idemq::testing::clock::now(), &mut w.history);
     let dlq_final: Vec<(String, Value, String)> = w.sqs.queues[config.dlq()]
         .messages
         .values()
@@ -535,7 +537,7 @@ async fn simulate(config: Config) -> Outcome {
                 .and_then(|b| b["pid"].as_str().map(str::to_owned));
             let id = m
                 .attributes
-                .get(idemq::JOB_ID_ATTRIBUTE)
+                .get(idemq::job::JOB_ID_ATTRIBUTE)
                 .and_then(|a| a["StringValue"].as_str())
                 .map(str::to_owned)
                 .or(pid)
@@ -618,7 +620,7 @@ async fn simulate(config: Config) -> Outcome {
 }
 
 /// Edge 6: the FIFO DLQ read as `idemq dlq list` reads it (`Peek::scan`,
-/// through `Dlq::read_letters` in src/dlq/inspect.rs), then as a dry-run `idemq dlq redrive`
+/// through `Dlq::read_letters` in src/dlq/inspect/), then as a dry-run `idemq dlq redrive`
 /// (`Redrive::run`), against what the model holds.
 async fn audit_fifo_dlq(
     world: &Arc<Mutex<World>>,
@@ -969,7 +971,7 @@ async fn produce(
                 source,
                 s.body.clone(),
                 BTreeMap::new(),
-                idemq::clock::now(),
+                idemq::testing::clock::now(),
                 Duration::ZERO,
                 fifo,
             );
@@ -984,7 +986,7 @@ async fn produce(
 }
 
 /// `idemq dlq redrive --native --to <source>`: what the CLI checks first
-/// (`check_native` in src/dlq/redrive.rs: a scan, and no letter known only
+/// (`check_native` in src/dlq/redrive/: a scan, and no letter known only
 /// by its MessageId, unless `--force`), then the library's own `start_native` and
 /// `native_status` until the task ends. `None`: refused, run idemq's
 /// redrive instead.
@@ -993,7 +995,7 @@ async fn native_redrive(
     sqs_client: &aws_sdk_sqs::Client,
     resolver: &JobIdResolver,
     force: bool,
-) -> Result<Option<u64>, idemq::dead_letter::DlqError> {
+) -> Result<Option<u64>, idemq::failure::DlqError> {
     use idemq::dlq::redrive::{native_status, start_native};
     if !force {
         let scan = peek.scan(None, |_| {}).await?;
@@ -1001,7 +1003,12 @@ async fn native_redrive(
         let unstable = scan
             .messages
             .iter()
-            .filter(|m| matches!(m.resolve(resolver), Ok((_, idemq::JobIdSource::MessageId))))
+            .filter(|m| {
+                matches!(
+                    m.resolve(resolver),
+                    Ok((_, idemq::job::JobIdSource::MessageId))
+                )
+            })
             .count();
         if unstable > 0 || scan.unseen > 0 {
             return Ok(None);

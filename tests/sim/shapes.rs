@@ -11,7 +11,7 @@
 //!   marker and the whole effect: one conditional `PutItem`
 //!   (src/store/dynamodb/commit/single.rs);
 //! - [`Shape::FollowUp`]: the counter, a separate marker, and a follow-up
-//!   job (`Effect::then_send`, src/followup.rs) onto the source queue: the
+//!   job (`Effect::then_send`, src/followup/) onto the source queue: the
 //!   child `<k>f` (`"kind": "child"`, `"parent": "<k>"`), whose own effect
 //!   is separate;
 //! - [`Shape::Optimistic`]: a read-modify-write of one of
@@ -24,10 +24,10 @@
 //!   exactly).
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::Effect;
-use idemq::effect::{Key, Write};
 use idemq::followup::FollowUp;
-use idemq::handler::{JobError, JobMeta};
+use idemq::store::dynamodb::Effect;
+use idemq::store::dynamodb::{Key, Write};
+use idemq::{JobError, JobMeta};
 use serde_json::json;
 
 use super::faults::hash;

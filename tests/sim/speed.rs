@@ -22,8 +22,10 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::http::StatusCode;
+use idemq::config::TableLayout;
 use idemq::producer::{Job, Producer};
-use idemq::{Committer, JobRef, TableLayout};
+use idemq::store::JobRef;
+use idemq::store::dynamodb::Committer;
 use serde_json::{Value, json};
 
 use super::run::{Config, TABLE, run};
@@ -189,11 +191,11 @@ async fn commits(
     shape: Shape,
     n: u32,
 ) -> f64 {
-    let hash = idemq::PayloadHash::of(BODY.as_bytes());
+    let hash = idemq::job::PayloadHash::of(BODY.as_bytes());
     let started = Instant::now();
     for i in 0..n {
         let k = format!("j{i:04}");
-        let id = idemq::JobId::new(k.clone()).expect("job id");
+        let id = idemq::job::JobId::new(k.clone()).expect("job id");
         let meta = idemq::testing::job_meta(&k);
         let effect = effect(shape, &k, 417, &meta, ddb).await.expect("an effect");
         let job = JobRef {

@@ -17,8 +17,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idemq::handler::Handler;
-use idemq::host::Host;
+use idemq::Handler;
+use idemq::Host;
 use idemq::worker::{WorkerArgs, serve_until};
 use tokio::time::Instant;
 

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use idemq::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::job::{JobId, PayloadHash};
+use idemq::store::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::store::{CommitError, CommitOutcome, JobRef};
 use idemq::store::{Provision, Store};
-use idemq::{CommitError, CommitOutcome, JobId, JobRef, PayloadHash};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

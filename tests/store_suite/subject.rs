@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use idemq::config::TableLayout;
 use idemq::followup::FollowUp;
-use idemq::postgres::{Postgres, PostgresConfig, Sql};
-use idemq::store::{DynamoDb, FailureRecords, Provision, Store};
+use idemq::store::dynamodb::DynamoDb;
+use idemq::store::dynamodb::{Committer, Effect, Key, Write};
+use idemq::store::postgres::{Postgres, PostgresConfig, Sql};
+use idemq::store::{FailureRecords, Provision, Store};
 pub use idemq::testing::store_suite::{Subject, SubjectEffect};
-use idemq::{Committer, Effect, Key, TableLayout, Write};
 
 use crate::common::{number, sdk, unique};
 
@@ -158,10 +160,10 @@ pub async fn commit_on<S: Store>(
     store: &S,
     id: &str,
     effect: &S::Effect,
-) -> Result<idemq::CommitOutcome, idemq::CommitError> {
-    let job = idemq::JobId::new(id).unwrap();
-    let hash = idemq::PayloadHash::of(b"{}");
-    let job = idemq::JobRef {
+) -> Result<idemq::store::CommitOutcome, idemq::store::CommitError> {
+    let job = idemq::job::JobId::new(id).unwrap();
+    let hash = idemq::job::PayloadHash::of(b"{}");
+    let job = idemq::store::JobRef {
         id: &job,
         payload_hash: &hash,
         queue: "orders",
@@ -262,8 +264,8 @@ impl Subject for Pg {
         self.store.failure_records()
     }
 
-    fn add_one(&self, name: &str) -> idemq::postgres::Effect {
-        idemq::postgres::Effect::new().execute(
+    fn add_one(&self, name: &str) -> idemq::store::postgres::Effect {
+        idemq::store::postgres::Effect::new().execute(
             Sql::new(format!(
                 "INSERT INTO \"{}\".counters (name, n) VALUES ($1, 1) \
                  ON CONFLICT (name) DO UPDATE SET n = counters.n + 1",
@@ -273,8 +275,8 @@ impl Subject for Pg {
         )
     }
 
-    fn refused(&self, name: &str) -> idemq::postgres::Effect {
-        idemq::postgres::Effect::new().execute(
+    fn refused(&self, name: &str) -> idemq::store::postgres::Effect {
+        idemq::store::postgres::Effect::new().execute(
             Sql::new(format!(
                 "UPDATE \"{}\".counters SET n = n + 1 WHERE name = $1 AND n >= 1000",
                 self.schema
@@ -284,8 +286,8 @@ impl Subject for Pg {
         )
     }
 
-    fn stale(&self, name: &str) -> idemq::postgres::Effect {
-        idemq::postgres::Effect::new().execute(
+    fn stale(&self, name: &str) -> idemq::store::postgres::Effect {
+        idemq::store::postgres::Effect::new().execute(
             Sql::new(format!(
                 "UPDATE \"{}\".counters SET n = 5 WHERE name = $1 AND v = 999",
                 self.schema
@@ -295,7 +297,11 @@ impl Subject for Pg {
         )
     }
 
-    fn then_send(&self, effect: idemq::postgres::Effect, job: FollowUp) -> idemq::postgres::Effect {
+    fn then_send(
+        &self,
+        effect: idemq::store::postgres::Effect,
+        job: FollowUp,
+    ) -> idemq::store::postgres::Effect {
         effect.then_send(job)
     }
 
@@ -319,9 +325,9 @@ pub async fn commit<T: Subject>(
     body: &str,
     effect: &Eff<T>,
 ) -> idemq::store::Settled {
-    let job = idemq::JobId::new(id).unwrap();
-    let hash = idemq::PayloadHash::of(body.as_bytes());
-    let job = idemq::JobRef {
+    let job = idemq::job::JobId::new(id).unwrap();
+    let hash = idemq::job::PayloadHash::of(body.as_bytes());
+    let job = idemq::store::JobRef {
         id: &job,
         payload_hash: &hash,
         queue,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use idemq::postgres::{Postgres, PostgresConfig};
-use idemq::{CommitError, CommitOutcome};
+use idemq::store::postgres::{Postgres, PostgresConfig};
+use idemq::store::{CommitError, CommitOutcome};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
+use idemq::Host;
 use idemq::config::BatchConfig;
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::host::Host;
 use idemq::job::JobIdResolver;
-use idemq::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::store::postgres::{Effect, Postgres, PostgresConfig, Sql};
+use idemq::{Handler, JobError, JobMeta};
 
 use crate::common::{sdk, unique};
 use crate::subject::{Pg, Subject, TTL, postgres_url};
@@ -82,7 +82,7 @@ async fn init_worker_and_dlq_on_postgres() {
         "the schema existed"
     );
 
-    let producer = idemq::Producer::with_client(sqs.clone(), &queue_url)
+    let producer = idemq::producer::Producer::with_client(sqs.clone(), &queue_url)
         .await
         .unwrap();
     for (id, name) in [("j1", "a"), ("j1", "a"), ("j2", "b"), ("j3", "poison")] {

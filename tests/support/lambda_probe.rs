@@ -38,9 +38,9 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::host::HostError;
-use idemq::{Effect, Key, Write};
+use idemq::HostError;
+use idemq::store::dynamodb::{Effect, Key, Write};
+use idemq::{Handler, JobError, JobMeta};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]

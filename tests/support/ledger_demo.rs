@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::Producer;
 use idemq::producer::Job;
+use idemq::producer::Producer;
 
 type Error = Box<dyn std::error::Error>;
 

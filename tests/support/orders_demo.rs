@@ -16,11 +16,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use idemq::Producer;
 use idemq::dead_letter::ATTR_ERROR;
 use idemq::failure::{FailureKind, FailureRecord};
-use idemq::postgres::{Postgres, PostgresConfig};
 use idemq::producer::Job;
+use idemq::producer::Producer;
+use idemq::store::postgres::{Postgres, PostgresConfig};
 use serde::{Deserialize, Serialize};
 
 type Error = Box<dyn std::error::Error>;
@@ -160,7 +160,7 @@ async fn peek_dlq(
                     .map(str::to_owned)
             };
             letters.push((
-                attr(idemq::JOB_ID_ATTRIBUTE),
+                attr(idemq::job::JOB_ID_ATTRIBUTE),
                 message_id,
                 attr(ATTR_ERROR).is_some(),
             ));

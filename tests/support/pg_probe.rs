@@ -11,15 +11,15 @@
 //!
 //! At start it creates its table if missing, in idemq's schema (which
 //! must exist: `idemq init --store postgres`, or the test provisions it).
-//! It runs through [`idemq::postgres::run`] like any PostgreSQL consumer,
+//! It runs through [`idemq::store::postgres::run`] like any PostgreSQL consumer,
 //! so a build with idemq's `failpoints` feature stops at the same
 //! failpoints as the DynamoDB probe (`tests/support/lambda_probe.rs`).
 
 use std::time::Duration;
 
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::host::HostError;
-use idemq::postgres::{Effect, Sql};
+use idemq::HostError;
+use idemq::store::postgres::{Effect, Sql};
+use idemq::{Handler, JobError, JobMeta};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]

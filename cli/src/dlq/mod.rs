@@ -291,7 +291,7 @@ pub async fn run(args: DlqArgs, sdk: &aws_config::SdkConfig) -> ExitCode {
                 error_contains,
                 since.as_deref(),
                 until.as_deref(),
-                idemq::clock::now(),
+                std::time::SystemTime::now(),
             )
             .map_err(|e| e.to_string());
             let plan = redrive_plan(
@@ -454,7 +454,7 @@ pub(crate) async fn open(
                 .map_err(|e| e.to_string())
                 .and_then(|config| {
                     let schema = config.schema().to_owned();
-                    idemq::postgres::Postgres::new(config)
+                    idemq::store::postgres::Postgres::new(config)
                         .map(|store| (store, schema))
                         .map_err(|e| e.to_string())
                 });

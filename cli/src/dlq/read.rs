@@ -3,9 +3,9 @@
 use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 
-use idemq::dead_letter::FailureRecord;
 use idemq::dlq::copies::{Letter, letters};
 use idemq::dlq::inspect::{Row, Stats, find_letter, one_line};
+use idemq::failure::FailureRecord;
 
 use super::{CmdResult, Ctx, unseen_warning};
 
@@ -24,7 +24,12 @@ impl Ctx {
         let read = self.read_letters().await?;
         self.dlq.release(&read.items).await;
         let warnings = self.warnings(&read);
-        let stats = Stats::of(&self.dlq.info().name, depth, read, idemq::clock::now());
+        let stats = Stats::of(
+            &self.dlq.info().name,
+            depth,
+            read,
+            std::time::SystemTime::now(),
+        );
         let unseen = stats.unseen;
         if json {
             // Through a `Value`, so that keys come out as serde_json orders

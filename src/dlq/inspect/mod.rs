@@ -14,7 +14,7 @@ use super::peek::{Context, DeadMessage, Peek, join_records};
 use super::records::Records;
 use super::redrive::dead_letter_sources;
 use crate::config::{ConfigError, DEFAULT_MARKER_TTL, TableLayout};
-use crate::dead_letter::{DlqError, FailureRecord};
+use crate::failure::{DlqError, FailureRecord};
 use crate::job::JobIdResolver;
 use crate::queue::{QueueError, QueueInfo};
 use crate::store::FailureRecords;

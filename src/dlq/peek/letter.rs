@@ -10,8 +10,9 @@ use serde::Serialize;
 
 use crate::dead_letter::{
     ATTR_ATTEMPTS, ATTR_BACKTRACE, ATTR_DEPLOY, ATTR_ERROR, ATTR_FAILED_AT, ATTR_SOURCE_QUEUE,
-    FailureRecord, parse_deploy,
+    parse_deploy,
 };
+use crate::failure::FailureRecord;
 use crate::job::{InvalidJobId, JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource};
 
 /// A message in a DLQ, as received.

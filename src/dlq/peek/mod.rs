@@ -14,7 +14,7 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName as Sys, QueueAttributeName};
 use serde::Serialize;
 
 use super::records::Records;
-use crate::dead_letter::{DlqError, LetterKey};
+use crate::failure::{DlqError, LetterKey};
 use crate::job::JobIdResolver;
 
 #[cfg(test)]

@@ -2,8 +2,7 @@
 //! record, the attributes and the send time each say.
 
 use super::*;
-use crate::classify::{Failure, FailureKind};
-use crate::dead_letter::FailureRecord;
+use crate::failure::{Failure, FailureKind, FailureRecord};
 use aws_sdk_sqs::types::MessageAttributeValue;
 use std::time::UNIX_EPOCH;
 

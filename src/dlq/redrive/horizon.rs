@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::{Redrive, Refused, dead_letter_sources};
-use crate::dead_letter::DlqError;
 use crate::dlq::peek::{DeadMessage, Peek};
+use crate::failure::DlqError;
 use crate::horizon::ReplayHorizon;
 use crate::job::JobIdResolver;
 

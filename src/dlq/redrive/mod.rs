@@ -37,7 +37,7 @@ use aws_sdk_sqs::error::DisplayErrorContext;
 use super::copies::Moving;
 use super::peek::{DeadMessage, Peek, Sweep};
 use super::records::Records;
-use crate::dead_letter::DlqError;
+use crate::failure::DlqError;
 use crate::producer::Producer;
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use aws_sdk_sqs::error::DisplayErrorContext;
 use serde::Serialize;
 
 use super::{Refused, past_horizon};
-use crate::dead_letter::DlqError;
 use crate::dlq::peek::{DeadMessage, Peek};
+use crate::failure::DlqError;
 use crate::horizon::ReplayHorizon;
 use crate::job::JobIdResolver;
 

@@ -8,9 +8,9 @@ use std::time::Instant;
 use futures_util::future::join_all;
 
 use super::{HeldElsewhere, MAX_CONCURRENCY, Progress, Redrive, Refused, Run};
-use crate::dead_letter::DlqError;
 use crate::dlq::copies::{Further, Moving, judge_further, payload_hash};
 use crate::dlq::peek::{DeadMessage, join_records};
+use crate::failure::DlqError;
 use crate::queue::QueueInfo;
 
 impl Redrive<'_> {

@@ -77,7 +77,7 @@ impl Committer {
 
     /// Whether the batch reads a job's marker before running its handler,
     /// so that a duplicate's handler does not run again (see
-    /// `src/commit/look_up.rs`; the host sets it from
+    /// `src/store/dynamodb/commit/look_up.rs`; the host sets it from
     /// `IDEMQ_READ_MARKER_FIRST`).
     pub fn with_marker_first(mut self, marker_first: bool) -> Self {
         self.marker_first = marker_first;

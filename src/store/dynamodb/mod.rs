@@ -1,10 +1,10 @@
 //! DynamoDB as the system of record: the marker and the effect in one
 //! `TransactWriteItems`.
 //!
-//! - [`commit`]: the dedup transaction ([`Committer`]), the marker read
+//! - `commit.rs`: the dedup transaction ([`Committer`]), the marker read
 //!   before the handler, the single-write fast path, marker-form switches;
-//! - [`effect`]: the handler's writes ([`Effect`], [`Write`], [`Key`]) and
-//!   DynamoDB's limits on them;
+//! - `effect/`: the handler's writes ([`Effect`], [`Write`], [`Key`]) and
+//!   DynamoDB's limits on them ([`MAX_TRANSACTION_ITEMS`], [`MAX_ITEM_BYTES`]);
 //! - `outbox`: follow-up jobs stored in the marker item;
 //! - [`FailureTable`]: failure records, next to the markers;
 //! - [`TableProvisioner`]: the table, created as the templates create it
@@ -21,14 +21,17 @@ use crate::followup::FollowUp;
 use crate::job::JobId;
 use crate::store::{LookedUp, Settled, Store};
 
-pub mod commit;
-pub mod effect;
+pub(crate) mod commit;
+pub(crate) mod effect;
 mod failure_table;
 mod outbox;
 mod provision;
 
 pub use commit::Committer;
-pub use effect::{Effect, EffectError, Key, Write};
+pub use effect::{
+    Effect, EffectError, Item, Key, MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS,
+    MarkerSlot, NotAVersion, Write, WriteKind, item_size, read_version, table_name,
+};
 pub use failure_table::FailureTable;
 pub use provision::{TableProtection, TableProvisioner};
 

@@ -162,7 +162,7 @@ impl Sql {
 
     /// The statement must change (or return) exactly `rows` rows: any
     /// other count rolls the job's transaction back as
-    /// [`CommitOutcome::Rejected`](crate::CommitOutcome::Rejected), the
+    /// [`CommitOutcome::Rejected`](crate::store::CommitOutcome::Rejected), the
     /// handler's business outcome (`UPDATE accounts SET balance = balance
     /// - $1 WHERE id = $2 AND balance >= $1`, expecting 1 row: no funds).
     pub fn expect_rows(mut self, rows: u64) -> Self {
@@ -175,7 +175,7 @@ impl Sql {
 
     /// Like [`Sql::expect_rows`], but a different count means the state
     /// the handler read has moved (`UPDATE … WHERE version = $n`): a lost
-    /// race, [`CommitOutcome::Contended`](crate::CommitOutcome::Contended),
+    /// race, [`CommitOutcome::Contended`](crate::store::CommitOutcome::Contended),
     /// and the job runs again within the invocation.
     pub fn optimistic(mut self, rows: u64) -> Self {
         self.expect = Some(Expect {

@@ -87,6 +87,8 @@ mod tls;
 
 pub use effect::{Effect, EffectError, Sql, SqlParam};
 pub use provision::Schema;
+// tokio-postgres's own type, not a copy: its page is tokio-postgres's.
+#[doc(no_inline)]
 pub use tokio_postgres::types::Type;
 
 /// PostgreSQL as a [`Store`]: markers, effects and follow-ups committed in
@@ -298,7 +300,7 @@ impl PostgresConfig {
 
     /// The consumer's namespace (`IDEMQ_NAMESPACE`): its markers and
     /// failure records are keyed by it instead of the source queue's name
-    /// ([`TableLayout::namespace_for`](crate::TableLayout::namespace_for)).
+    /// ([`TableLayout::namespace_for`](crate::config::TableLayout::namespace_for)).
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Result<Self, ConfigError> {
         let namespace = namespace.into();
         crate::config::check_namespace(&namespace)?;

@@ -1,8 +1,8 @@
 //! An SQS-driven Lambda function that owns its `main`: its own subscriber,
 //! its own `lambda_runtime::run`, idemq's batch handler as the service.
 
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::{Effect, Key, Write};
+use idemq::{Handler, JobError, JobMeta};
+use idemq::store::dynamodb::{Effect, Key, Write};
 
 /// An order to import: where its lines are, and its options as JSON.
 #[derive(serde::Deserialize)]

@@ -10,9 +10,9 @@
 //! backoff, and dead-lettered by SQS after maxReceiveCount receives.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use idemq::effect::Item;
-use idemq::handler::{Handler, JobError, JobMeta};
-use idemq::{Effect, Key, Write};
+use idemq::store::dynamodb::Item;
+use idemq::{Handler, JobError, JobMeta};
+use idemq::store::dynamodb::{Effect, Key, Write};
 use serde::Deserialize;
 
 /// One job: the body of an SQS message.
@@ -59,7 +59,7 @@ impl Handler for Orders {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), idemq::host::HostError> {
+async fn main() -> Result<(), idemq::HostError> {
     let table = std::env::var("ORDERS_TABLE").unwrap_or_else(|_| "orders".into());
     idemq::run(Orders { table }).await
 }
@@ -67,14 +67,14 @@ async fn main() -> Result<(), idemq::host::HostError> {
 #[cfg(test)]
 mod tests {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use idemq::Key;
+    use idemq::store::dynamodb::Key;
     use idemq::testing::{TableKey, TestKit};
     use serde_json::json;
 
     use super::Orders;
 
     /// A customer's item in the function's own table.
-    fn customer(kit: &TestKit<Orders>, name: &str) -> idemq::effect::Item {
+    fn customer(kit: &TestKit<Orders>, name: &str) -> idemq::store::dynamodb::Item {
         let key = Key::string("pk", format!("customer#{name}"));
         kit.dynamodb().get_item("orders", &key).unwrap().expect("the customer's item")
     }

@@ -1,7 +1,7 @@
 //! A lost optimistic-concurrency race, told apart from a business
 //! rejection.
 //!
-//! A write marked [`Write::optimistic`](crate::effect::Write::optimistic)
+//! A write marked [`Write::optimistic`](crate::store::dynamodb::Write::optimistic)
 //! guards state the handler read (`version = :read`); its failed condition
 //! means the state moved, so the job is run again rather than
 //! dead-lettered. DynamoDB returns one cancellation reason per transaction

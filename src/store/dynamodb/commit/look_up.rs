@@ -27,7 +27,7 @@
 //! the keys are deduplicated, sent 100 at a time, and the unprocessed ones
 //! asked again with exponential backoff and full jitter; a key still
 //! unread after that is its jobs' transient failure, not the batch's.
-//! The look-up cannot see a [fused](crate::Effect::marked_by) marker,
+//! The look-up cannot see a [fused](crate::store::dynamodb::Effect::marked_by) marker,
 //! whose key the handler's effect names: such a job's handler runs, and
 //! its commit finds the marker as before.
 //!

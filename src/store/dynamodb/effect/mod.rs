@@ -101,10 +101,10 @@ impl Effect {
     /// only if no item with its key exists
     /// (`attribute_not_exists`). When one does, the stored item decides, as
     /// for a separate marker: the same job with the same payload is a
-    /// [`Duplicate`](crate::CommitOutcome::Duplicate), with another payload a
-    /// [`Conflict`](crate::CommitOutcome::Conflict); an item that is not
+    /// [`Duplicate`](crate::store::CommitOutcome::Duplicate), with another payload a
+    /// [`Conflict`](crate::store::CommitOutcome::Conflict); an item that is not
     /// this job's (no job id, or another's) is a
-    /// [`Rejected`](crate::CommitOutcome::Rejected) with this write's index.
+    /// [`Rejected`](crate::store::CommitOutcome::Rejected) with this write's index.
     ///
     /// The item is the user's data: it gets no TTL, so the job stays
     /// deduplicated for as long as the item exists. Its key must therefore
@@ -142,8 +142,8 @@ impl Effect {
     /// marker and a [fused](Effect::marked_by) one: the commit also makes
     /// sure that the other form does not mark the job already, so that a
     /// job committed by the previous version and delivered again to this
-    /// one is a [`Duplicate`](crate::CommitOutcome::Duplicate) (or a
-    /// [`Conflict`](crate::CommitOutcome::Conflict)), not applied a second
+    /// one is a [`Duplicate`](crate::store::CommitOutcome::Duplicate) (or a
+    /// [`Conflict`](crate::store::CommitOutcome::Conflict)), not applied a second
     /// time. Each form alone checks only its own marker.
     ///
     /// - With a fused marker, the commit adds a `ConditionCheck` that the

@@ -110,12 +110,12 @@ impl Write {
     /// checks that state the handler *read* is unchanged (`version =
     /// :read`), so a failed condition means "the state moved under me" — a
     /// lost race, not a business rule saying no. Such a failure is a
-    /// [`Contended`](crate::CommitOutcome::Contended) outcome and idemq
+    /// [`Contended`](crate::store::CommitOutcome::Contended) outcome and idemq
     /// runs the handler again (re-reading) instead of dead-lettering the
     /// job; after `BatchConfig::contention_retries` lost races in one
     /// invocation it backs off like any transient failure. A failed
     /// condition on a write *not* so marked stays a
-    /// [`Rejected`](crate::CommitOutcome::Rejected) (DLQ now).
+    /// [`Rejected`](crate::store::CommitOutcome::Rejected) (DLQ now).
     ///
     /// ```
     /// use aws_sdk_dynamodb::types::AttributeValue;
