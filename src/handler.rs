@@ -34,8 +34,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// [`into_source`](JobError::into_source).
 ///
 /// ```
-/// use idemq::handler::{Handler, JobError, JobMeta};
-/// use idemq::Effect;
+/// use idemq::{Handler, JobError, JobMeta};
+/// use idemq::store::dynamodb::Effect;
 ///
 /// struct Import;
 ///
@@ -194,15 +194,15 @@ impl JobMeta {
 ///
 /// [`Effect`](Self::Effect) names the store its results commit to: a
 /// DynamoDB handler returns [`crate::store::dynamodb::Effect`] (DynamoDB's writes), a
-/// PostgreSQL handler `idemq::postgres::Effect` (SQL statements). A host
+/// PostgreSQL handler `idemq::store::postgres::Effect` (SQL statements). A host
 /// runs a handler only on a store of that effect ([`crate::store`]).
 pub trait Handler: Send + Sync + 'static {
     /// The job payload, decoded from the message body as JSON. A body that
     /// does not decode is a permanent error, sent to the DLQ.
     type Job: DeserializeOwned + Send + 'static;
 
-    /// What a job's result is, in its store's terms: `idemq::Effect` on
-    /// DynamoDB, `idemq::postgres::Effect` on PostgreSQL.
+    /// What a job's result is, in its store's terms: `idemq::store::dynamodb::Effect` on
+    /// DynamoDB, `idemq::store::postgres::Effect` on PostgreSQL.
     type Effect: Send + Sync + 'static;
 
     /// Handles one job: its effect is committed with the dedup marker in
@@ -262,8 +262,8 @@ pub enum LookUp {
 /// A [`Handler`] made from an async closure.
 ///
 /// ```
-/// use idemq::handler::{handler_fn, JobError, JobMeta};
-/// use idemq::Effect;
+/// use idemq::{handler_fn, JobError, JobMeta};
+/// use idemq::store::dynamodb::Effect;
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Ping { n: u32 }

@@ -24,7 +24,7 @@ pub const MAX_JOB_ID_BYTES: usize = 512;
 /// control characters.
 ///
 /// ```
-/// use idemq::JobId;
+/// use idemq::job::JobId;
 /// let id = JobId::new("transfer-42").unwrap();
 /// assert_eq!(id.as_str(), "transfer-42");
 /// assert!(JobId::new("").is_err());
@@ -98,7 +98,7 @@ impl JobId {
     /// usual 255-character limits of such APIs and reveals nothing of the id.
     ///
     /// ```
-    /// use idemq::JobId;
+    /// use idemq::job::JobId;
     /// let job = JobId::new("order-7").unwrap();
     /// assert_eq!(job.downstream_key("charge"), job.downstream_key("charge"));
     /// assert_ne!(job.downstream_key("charge"), job.downstream_key("email"));
@@ -118,7 +118,7 @@ impl JobId {
     /// its request as the first consumer's repeat.
     ///
     /// ```
-    /// use idemq::JobId;
+    /// use idemq::job::JobId;
     /// let job = JobId::new("order-7").unwrap();
     /// assert_ne!(job.downstream_key_in("billing", "notify"), job.downstream_key_in("emails", "notify"));
     /// assert_ne!(job.downstream_key_in("billing", "notify"), job.downstream_key("notify"));
@@ -204,7 +204,7 @@ impl JobIdResolver {
     /// (inside the envelope, if any: see [`JobIdResolver::resolve_job`]).
     ///
     /// ```
-    /// use idemq::{JobIdResolver, JobIdSource};
+    /// use idemq::job::{JobIdResolver, JobIdSource};
     /// let r = JobIdResolver::new().with_body_pointer("/transfer_id");
     /// let (id, from) = r.resolve(None, r#"{"transfer_id":"t-1"}"#, "m-1").unwrap();
     /// assert_eq!((id.as_str(), from), ("t-1", JobIdSource::BodyPointer));
@@ -261,7 +261,7 @@ impl JobIdResolver {
     ///
     /// ```
     /// use idemq::envelope::Envelope;
-    /// use idemq::JobIdResolver;
+    /// use idemq::job::JobIdResolver;
     /// let r = JobIdResolver::new().with_envelope(Envelope::EventBridge);
     /// let event = r#"{"id":"e-1","detail-type":"t","source":"s","detail":{"b":1,"a":2}}"#;
     /// let job = r.resolve_job(None, event, "sqs-1").unwrap();
@@ -357,7 +357,7 @@ fn warn_once(warned: &AtomicBool) -> bool {
          DLQ, but a copy sent back by anything other than idemq's own tools (idemq dlq redrive / \
          import keep the id) gets a new MessageId: a console or StartMessageMoveTask redrive, a \
          producer's retry or a replay script makes it a new job, applied again. Send \
-         {JOB_ID_ATTRIBUTE} (idemq::Producer does) or set IDEMQ_JOB_ID_POINTER. \
+         {JOB_ID_ATTRIBUTE} (idemq::producer::Producer does) or set IDEMQ_JOB_ID_POINTER. \
          (Logged once per process.)"
     );
     true

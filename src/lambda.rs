@@ -47,14 +47,14 @@ const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
 /// your own, behind your own layers:
 ///
 /// ```no_run
-/// use idemq::handler::{handler_fn, JobMeta};
+/// use idemq::{handler_fn, JobMeta};
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), lambda_runtime::Error> {
 ///     // Your subscriber and panic hook, set before the service is built.
 ///     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
 ///     let handler = handler_fn(|_job: serde_json::Value, _meta: JobMeta| async {
-///         Ok(idemq::Effect::new())
+///         Ok(idemq::store::dynamodb::Effect::new())
 ///     });
 ///     let service = idemq::lambda::BatchService::new(handler, &sdk).await?;
 ///     // Add layers with tower's ServiceBuilder here if you like.

@@ -52,17 +52,17 @@ mod logging;
 /// data (a `serde_json::Error` in the chain is stored without the values it
 /// quotes).
 ///
-/// The store is the handler's: a handler returning `idemq::Effect`
-/// commits to DynamoDB, one returning `idemq::postgres::Effect` (feature
+/// The store is the handler's: a handler returning `idemq::store::dynamodb::Effect`
+/// commits to DynamoDB, one returning `idemq::store::postgres::Effect` (feature
 /// `postgres`) to PostgreSQL ([`OpenStore`]).
 ///
 /// ```no_run
-/// use idemq::handler::{handler_fn, JobMeta};
+/// use idemq::{handler_fn, JobMeta};
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), idemq::HostError> {
 ///     idemq::run(handler_fn(|_job: serde_json::Value, _meta: JobMeta| async {
-///         Ok(idemq::Effect::new())
+///         Ok(idemq::store::dynamodb::Effect::new())
 ///     }))
 ///     .await
 /// }

@@ -43,7 +43,7 @@ const INVALID_ENTRY_CODES: [&str; 3] = [
 ///
 /// ```no_run
 /// # async fn demo(sdk: &aws_config::SdkConfig) -> Result<(), idemq::producer::SendError> {
-/// let topic = idemq::TopicProducer::new(sdk, "arn:aws:sns:eu-west-1:123456789012:transfers");
+/// let topic = idemq::topic::TopicProducer::new(sdk, "arn:aws:sns:eu-west-1:123456789012:transfers");
 /// // Published twice (a retry after a timeout): one job to every consumer
 /// // whose queue is subscribed and that runs with IDEMQ_ENVELOPE=sns.
 /// for _ in 0..2 {

@@ -163,7 +163,7 @@ pub fn warn_envelope_id_identity(envelope: Envelope) -> bool {
         ),
         _ => (
             "SNS MessageId",
-            "publish with the idemq-job-id message attribute (idemq::TopicProducer and `idemq send --topic-arn` do) or set IDEMQ_JOB_ID_POINTER",
+            "publish with the idemq-job-id message attribute (idemq::topic::TopicProducer and `idemq send --topic-arn` do) or set IDEMQ_JOB_ID_POINTER",
         ),
     };
     tracing::warn!(

@@ -130,7 +130,7 @@ fn latest_first_enqueued() -> SystemTime {
 /// )
 /// .unwrap()
 /// .string_attribute("tenant", "acme");
-/// let effect = idemq::Effect::new().then_send(receipt);
+/// let effect = idemq::store::dynamodb::Effect::new().then_send(receipt);
 /// assert_eq!(effect.follow_ups()[0].job_id(), "order-7/receipt");
 /// ```
 #[derive(Debug, Clone, PartialEq)]

@@ -22,8 +22,8 @@ mod postgres;
 pub type HostError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A handler's effect type whose store a host can open from the
-/// environment: `idemq::Effect` opens DynamoDB (`IDEMQ_TABLE`, …),
-/// `idemq::postgres::Effect` PostgreSQL (`IDEMQ_POSTGRES_URL`, …). It is
+/// environment: `idemq::store::dynamodb::Effect` opens DynamoDB (`IDEMQ_TABLE`, …),
+/// `idemq::store::postgres::Effect` PostgreSQL (`IDEMQ_POSTGRES_URL`, …). It is
 /// what lets [`run`](crate::run), [`Host::build`] and the Lambda and worker
 /// hosts serve a handler of either store.
 pub trait OpenStore: Send + Sync + Sized + 'static {

@@ -103,12 +103,12 @@ impl BatchRun {
 /// first use, each with a DLQ; the idemq table exists from the start.
 ///
 /// ```
-/// use idemq::handler::{handler_fn, JobError, JobMeta};
+/// use idemq::{handler_fn, JobError, JobMeta};
 /// use idemq::testing::TestKit;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let handler = handler_fn(|job: serde_json::Value, _meta: JobMeta| async move {
-///     if job["ok"] == true { Ok(idemq::Effect::new()) } else { Err(JobError::permanent("bad job")) }
+///     if job["ok"] == true { Ok(idemq::store::dynamodb::Effect::new()) } else { Err(JobError::permanent("bad job")) }
 /// });
 /// let kit = TestKit::new(handler, "idemq");
 /// let event = r#"{"Records": [
@@ -181,10 +181,10 @@ impl<H: Handler> TestKit<H> {
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")]
-    /// # async fn doc(handler: impl idemq::handler::Handler<Effect = idemq::postgres::Effect>)
+    /// # async fn doc(handler: impl idemq::Handler<Effect = idemq::store::postgres::Effect>)
     /// # -> Result<(), Box<dyn std::error::Error>> {
     /// use std::sync::Arc;
-    /// use idemq::postgres::{Postgres, PostgresConfig};
+    /// use idemq::store::postgres::{Postgres, PostgresConfig};
     /// use idemq::testing::{KitConfig, TestKit};
     ///
     /// let store = Postgres::new(PostgresConfig::new(std::env::var("IDEMQ_POSTGRES_URL")?))?;

@@ -28,8 +28,8 @@
 //!
 //! ```
 //! use aws_sdk_dynamodb::types::AttributeValue;
-//! use idemq::effect::{Effect, Key, Write};
-//! use idemq::handler::{handler_fn, Handler, JobError, JobMeta};
+//! use idemq::store::dynamodb::{Effect, Key, Write};
+//! use idemq::{handler_fn, Handler, JobError, JobMeta};
 //! use idemq::testing::{job_meta, write_to};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {

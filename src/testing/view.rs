@@ -11,7 +11,7 @@ use crate::store::dynamodb::effect::{Effect, Item, Key, Write, WriteKind};
 ///
 /// ```
 /// use aws_sdk_dynamodb::types::AttributeValue;
-/// use idemq::effect::{Effect, Key, Write, WriteKind};
+/// use idemq::store::dynamodb::{Effect, Key, Write, WriteKind};
 /// use idemq::testing::WriteView;
 ///
 /// let effect = Effect::new().with(

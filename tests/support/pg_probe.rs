@@ -11,7 +11,7 @@
 //!
 //! At start it creates its table if missing, in idemq's schema (which
 //! must exist: `idemq init --store postgres`, or the test provisions it).
-//! It runs through [`idemq::store::postgres::run`] like any PostgreSQL consumer,
+//! It runs through `idemq::run` like any PostgreSQL consumer,
 //! so a build with idemq's `failpoints` feature stops at the same
 //! failpoints as the DynamoDB probe (`tests/support/lambda_probe.rs`).
 

@@ -22,7 +22,7 @@ use crate::followup::{FollowUp, FollowUpError};
 /// once it commits.
 ///
 /// ```
-/// use idemq::postgres::{Effect, Sql};
+/// use idemq::store::postgres::{Effect, Sql};
 ///
 /// let effect = Effect::new()
 ///     .execute(

@@ -13,12 +13,12 @@
 //!   environment, TLS with rustls, IAM database authentication.
 //!
 //! A handler for this store returns an [`Effect`] (`type Effect =
-//! idemq::postgres::Effect`), and [`crate::run`] hosts it on Lambda or as
+//! idemq::store::postgres::Effect`), and [`crate::run`] hosts it on Lambda or as
 //! a local worker, as it does a DynamoDB handler:
 //!
 //! ```no_run
-//! use idemq::handler::{Handler, JobError, JobMeta};
-//! use idemq::postgres::{Effect, Sql};
+//! use idemq::{Handler, JobError, JobMeta};
+//! use idemq::store::postgres::{Effect, Sql};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Paid { order_id: String, cents: i64 }

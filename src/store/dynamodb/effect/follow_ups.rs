@@ -20,7 +20,7 @@ impl Effect {
     ///
     /// ```
     /// use idemq::followup::FollowUp;
-    /// use idemq::Effect;
+    /// use idemq::store::dynamodb::Effect;
     /// let next = FollowUp::raw("https://sqs.us-east-1.amazonaws.com/1/next", "t-1/then", "{}");
     /// let effect = Effect::new().then_send(next);
     /// assert_eq!(effect.follow_ups().len(), 1);

@@ -12,7 +12,7 @@ pub type Item = HashMap<String, AttributeValue>;
 /// The primary key of the item a write targets.
 ///
 /// ```
-/// use idemq::effect::Key;
+/// use idemq::store::dynamodb::Key;
 /// let key = Key::string("pk", "account#alice");
 /// assert_eq!(key.get("pk").and_then(|v| v.as_s().ok()).map(String::as_str), Some("account#alice"));
 /// ```

@@ -34,7 +34,7 @@ pub use write::{NotAVersion, Write, WriteKind, read_version};
 ///
 /// ```
 /// use aws_sdk_dynamodb::types::AttributeValue;
-/// use idemq::effect::{Effect, Key, Write};
+/// use idemq::store::dynamodb::{Effect, Key, Write};
 /// let effect = Effect::new()
 ///     .with(Write::update("bank", Key::string("pk", "account#a"), "ADD balance :n")
 ///         .value(":n", AttributeValue::N("5".into())));
@@ -118,7 +118,7 @@ impl Effect {
     ///
     /// ```
     /// use aws_sdk_dynamodb::types::AttributeValue;
-    /// use idemq::effect::{Effect, Item, Key, Write};
+    /// use idemq::store::dynamodb::{Effect, Item, Key, Write};
     /// let amount = AttributeValue::N("25".into());
     /// let effect = Effect::new()
     ///     .with(Write::update("bank", Key::string("pk", "account#alice"), "ADD balance :a")
@@ -168,7 +168,7 @@ impl Effect {
     ///
     /// ```
     /// use aws_sdk_dynamodb::types::AttributeValue;
-    /// use idemq::effect::{Effect, Item, Key, Write};
+    /// use idemq::store::dynamodb::{Effect, Item, Key, Write};
     /// let entry = Write::put("bank", Key::string("pk", "entry#t-1"), Item::new());
     /// // The version before the switch was `Effect::new().marked_by(entry)`.
     /// let effect = Effect::new().with(entry).switching_marker_form();

@@ -160,7 +160,7 @@ impl MarkerSlot<'_> {
 /// transaction the name alone names the table.
 ///
 /// ```
-/// use idemq::effect::table_name;
+/// use idemq::store::dynamodb::table_name;
 /// assert_eq!(table_name("arn:aws:dynamodb:eu-west-1:123456789012:table/jobs"), "jobs");
 /// assert_eq!(table_name("jobs"), "jobs");
 /// ```

@@ -36,7 +36,7 @@ pub enum WriteKind {
 ///
 /// ```
 /// use aws_sdk_dynamodb::types::AttributeValue;
-/// use idemq::effect::{Key, Write};
+/// use idemq::store::dynamodb::{Key, Write};
 /// let credit = Write::update("bank", Key::string("pk", "account#alice"), "ADD balance :amount")
 ///     .value(":amount", AttributeValue::N("25".into()));
 /// let entry = Write::put(
@@ -119,7 +119,7 @@ impl Write {
     ///
     /// ```
     /// use aws_sdk_dynamodb::types::AttributeValue;
-    /// use idemq::effect::{Key, Write};
+    /// use idemq::store::dynamodb::{Key, Write};
     /// let write = Write::update("bank", Key::string("pk", "account#a"), "SET balance = :b, version = :next")
     ///     .condition("version = :read")
     ///     .value(":b", AttributeValue::N("30".into()))
@@ -147,7 +147,7 @@ impl Write {
     ///
     /// ```
     /// use aws_sdk_dynamodb::types::AttributeValue;
-    /// use idemq::effect::{Key, Write, read_version};
+    /// use idemq::store::dynamodb::{Key, Write, read_version};
     /// let stored = None; // as GetItem found it: no item, or one without a version
     /// let read = read_version(stored, "version").unwrap();
     /// let write = Write::update("bank", Key::string("pk", "account#a"), "SET balance = :b, version = :next")
