@@ -10,6 +10,11 @@
 //! - **idemq, look-up**: `Store::look_up` (the marker read before the
 //!   handler, the store's default) then `Store::commit`;
 //! - **idemq, commit only**: `Store::commit` alone (`with_look_up(false)`);
+//! - **idemq batch**: 10 jobs as the batch core runs them: one
+//!   `Store::look_up` of the 10, then one `Store::commit_batch` (their
+//!   transactions pipelined on one connection), 10 jobs in flight as one
+//!   batch; **idemq batch commit**: the same with no look-up (a handler
+//!   that declares `LookUp::NotNeeded`);
 //! - **plain**: the natural tokio-postgres code, statements prepared once
 //!   per connection: `BEGIN`, the two statements, `COMMIT`, each awaited;
 //! - **plain, pipelined**: the same four requests written at once (one
@@ -135,6 +140,21 @@ struct Sqls {
 }
 
 impl Sqls {
+    /// `job`'s effect: the upsert and the ledger insert.
+    fn effect(&self, job: &Job) -> Effect {
+        Effect::new()
+            .execute(
+                Sql::new(self.upsert)
+                    .bind(job.order.clone())
+                    .bind(job.cents),
+            )
+            .execute(
+                Sql::new(self.ledger)
+                    .bind(job.order.clone())
+                    .bind(job.cents),
+            )
+    }
+
     /// Leaked: a handler's SQL is a `&'static str`, and a run makes a few.
     fn new(schema: &str) -> &'static Self {
         Box::leak(Box::new(Self {
@@ -161,6 +181,13 @@ enum Variant {
     /// (`PostgresConfig::with_prepared_statements`).
     IdemqPrepared,
     Plain(Mode),
+    /// A batch of 10 as the batch core runs it on PostgreSQL: one
+    /// `Store::look_up` of its 10 jobs, then one `Store::commit_batch`
+    /// (their transactions pipelined on one connection).
+    IdemqBatch,
+    /// The same batch with no look-up (a handler that declares
+    /// `LookUp::NotNeeded`): one `Store::commit_batch`.
+    IdemqBatchCommit,
 }
 
 /// How a plain consumer sends its transaction.
@@ -180,7 +207,7 @@ enum Mode {
     Marker,
 }
 
-const VARIANTS: [Variant; 7] = [
+const VARIANTS: [Variant; 9] = [
     Variant::IdemqLookUp,
     Variant::IdemqCommit,
     Variant::IdemqPrepared,
@@ -188,11 +215,16 @@ const VARIANTS: [Variant; 7] = [
     Variant::Plain(Mode::Pipelined),
     Variant::Plain(Mode::Unnamed),
     Variant::Plain(Mode::Marker),
+    Variant::IdemqBatch,
+    Variant::IdemqBatchCommit,
 ];
 
 /// Where the plain baselines are in [`VARIANTS`].
 const NATURAL: usize = 3;
 const PIPELINED: usize = 4;
+const MARKER: usize = 6;
+/// Where idemq's variants are in [`VARIANTS`].
+const IDEMQ: [usize; 5] = [7, 8, 0, 1, 2];
 
 impl Variant {
     fn label(self) -> &'static str {
@@ -204,12 +236,20 @@ impl Variant {
             Self::Plain(Mode::Pipelined) => "plain pipelined",
             Self::Plain(Mode::Unnamed) => "plain pipel. unnamed",
             Self::Plain(Mode::Marker) => "plain pipel.+marker",
+            Self::IdemqBatch => "idemq batch",
+            Self::IdemqBatchCommit => "idemq batch commit",
         }
     }
 }
 
 /// One of the 10 jobs in flight, with what it keeps between jobs.
 enum Worker {
+    /// 10 jobs at once, as one batch.
+    IdemqBatch {
+        store: Postgres,
+        sql: &'static Sqls,
+        look_up: bool,
+    },
     Idemq {
         store: Postgres,
         sql: &'static Sqls,
@@ -227,8 +267,69 @@ enum Worker {
 }
 
 impl Worker {
+    /// How many jobs it takes at once.
+    fn width(&self) -> usize {
+        match self {
+            Self::IdemqBatch { .. } => CONCURRENCY,
+            _ => 1,
+        }
+    }
+
+    /// Runs `jobs` (as many as [`width`](Self::width) or the last few).
+    async fn jobs(&mut self, jobs: &[Job]) -> Result<(), Error> {
+        let Self::IdemqBatch {
+            store,
+            sql,
+            look_up,
+        } = self
+        else {
+            for job in jobs {
+                self.job(job).await?;
+            }
+            return Ok(());
+        };
+        let ids = jobs
+            .iter()
+            .map(|j| JobId::new(j.id.as_str()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let hashes: Vec<PayloadHash> = jobs
+            .iter()
+            .map(|j| PayloadHash::of(j.body.as_bytes()))
+            .collect();
+        let refs: Vec<JobRef<'_>> = ids
+            .iter()
+            .zip(&hashes)
+            .map(|(id, hash)| JobRef {
+                id,
+                payload_hash: hash,
+                queue: QUEUE,
+            })
+            .collect();
+        let found = if *look_up {
+            store.look_up(&refs).await
+        } else {
+            Vec::new()
+        };
+        for found in found {
+            match found? {
+                LookedUp::Absent => {}
+                other => return Err(format!("look-up of a new job: {other:?}").into()),
+            }
+        }
+        let effects: Vec<Effect> = jobs.iter().map(|job| sql.effect(job)).collect();
+        let pairs: Vec<(JobRef<'_>, &Effect)> = refs.iter().copied().zip(&effects).collect();
+        for settled in store.commit_batch(&pairs).await {
+            match settled?.outcome {
+                CommitOutcome::Committed => {}
+                other => return Err(format!("commit of a new job: {other:?}").into()),
+            }
+        }
+        Ok(())
+    }
+
     async fn job(&mut self, job: &Job) -> Result<(), Error> {
         match self {
+            Self::IdemqBatch { .. } => Err("a batch worker takes jobs by the batch".into()),
             Self::Idemq {
                 store,
                 sql,
@@ -247,9 +348,7 @@ impl Worker {
                         other => return Err(format!("look-up of a new job: {other:?}").into()),
                     }
                 }
-                let effect = Effect::new()
-                    .execute(Sql::new(sql.upsert).bind(job.order.clone()).bind(job.cents))
-                    .execute(Sql::new(sql.ledger).bind(job.order.clone()).bind(job.cents));
+                let effect = sql.effect(job);
                 let settled = store.commit(r, &effect).await?;
                 match settled.outcome {
                     CommitOutcome::Committed => Ok(()),
@@ -373,12 +472,16 @@ async fn run(workers: Vec<Worker>, jobs: Arc<Vec<Job>>) -> Result<(Vec<Worker>, 
             let jobs = Arc::clone(&jobs);
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
+                let width = w.width();
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(i) else { break };
+                    let i = next.fetch_add(width, Ordering::Relaxed);
+                    if i >= jobs.len() {
+                        break;
+                    }
+                    let taken = &jobs[i..(i + width).min(jobs.len())];
                     let t = Instant::now();
-                    w.job(job).await?;
-                    latencies.push(t.elapsed());
+                    w.jobs(taken).await?;
+                    latencies.extend(taken.iter().map(|_| t.elapsed()));
                 }
                 Ok::<_, Error>((w, latencies))
             })
@@ -524,8 +627,12 @@ async fn workers(
     tables(admin, schema).await?;
     let sql = Sqls::new(schema);
     match variant {
-        Variant::IdemqLookUp | Variant::IdemqCommit | Variant::IdemqPrepared => {
-            let look_up = variant == Variant::IdemqLookUp;
+        Variant::IdemqLookUp
+        | Variant::IdemqCommit
+        | Variant::IdemqPrepared
+        | Variant::IdemqBatch
+        | Variant::IdemqBatchCommit => {
+            let look_up = matches!(variant, Variant::IdemqLookUp | Variant::IdemqBatch);
             let prepare = variant == Variant::IdemqPrepared;
             // Provisioned on the admin's direct connection: `idemq init`
             // is not part of any measurement.
@@ -535,6 +642,13 @@ async fn workers(
                 .provision(&mut Vec::new())
                 .await?;
             let store = idemq_store(target, schema, look_up, prepare)?;
+            if matches!(variant, Variant::IdemqBatch | Variant::IdemqBatchCommit) {
+                return Ok(vec![Worker::IdemqBatch {
+                    store,
+                    sql,
+                    look_up: variant == Variant::IdemqBatch,
+                }]);
+            }
             Ok((0..CONCURRENCY)
                 .map(|_| Worker::Idemq {
                     store: store.clone(),
@@ -1104,8 +1218,8 @@ async fn main() -> Result<(), Error> {
     });
     println!();
     println!("ratios idemq / plain (jobs/s; round trips per job):");
-    for i in [0, 1, 2] {
-        for p in [NATURAL, PIPELINED] {
+    for i in IDEMQ {
+        for p in [NATURAL, PIPELINED, MARKER] {
             let rt = |k: usize| counted[k].1[0] as f64 / counted[k].0.jobs as f64;
             println!(
                 "  {:<22} / {:<20} loopback {:.3}x   +{} ms {:.3}x   round trips {:.3} vs {:.3}",

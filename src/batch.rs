@@ -47,6 +47,7 @@ use crate::config::BatchConfig;
 use crate::dead_letter::{DeadLetter, DeadLetters};
 use crate::failure::{Failure, FailureKind, FailureRecord};
 use crate::followup::{AfterCommit, FollowUp, FollowUpSender};
+use crate::group_commit::GroupCommit;
 use crate::handler::{Handler, JobError, JobMeta, LookUp};
 use crate::job::{JOB_ID_ATTRIBUTE, JobIdResolver, JobIdSource, PayloadHash};
 use crate::metrics::BatchMetrics;
@@ -390,12 +391,15 @@ impl<E: Send + Sync + 'static> Core<E> {
         // any), its id resolved, its payload found and hashed.
         let jobs: Vec<Job<'_>> = messages.iter().map(|msg| self.job_of(msg)).collect();
         let found = self.look_up(queue, messages, &jobs, &budget).await;
+        // Commits of jobs whose handlers finish together go to the store at
+        // once where it gains from that (src/group_commit.rs).
+        let gate = GroupCommit::new(&*self.store);
         // Each job's future boxed: its type (decode, handle, commit,
         // classify, record) would otherwise nest inside the scheduler's
         // past what the compiler lays out.
         let verdicts = schedule(messages, deadline, &self.config, |i, msg| {
             Box::pin(self.run_one(
-                queue, msg, &jobs[i], &found[i], deadline, &budget, &contended,
+                queue, msg, &jobs[i], &found[i], deadline, &budget, &contended, &gate,
             ))
         })
         .await;
@@ -584,15 +588,16 @@ impl<E: Send + Sync + 'static> Core<E> {
     /// record it and, if permanent, dead-letter it. `found` is what its
     /// marker's look-up found.
     #[allow(clippy::too_many_arguments)]
-    async fn run_one(
+    async fn run_one<'b>(
         &self,
-        queue: &QueueInfo,
+        queue: &'b QueueInfo,
         msg: &Message,
-        job: &Job<'_>,
+        job: &'b Job<'_>,
         found: &Found,
         deadline: Instant,
         budget: &Budget,
         contended: &AtomicU64,
+        gate: &GroupCommit<'b, E>,
     ) -> Verdict {
         let resolved = &job.resolved;
         match resolved.as_ref().map(|j| j.source) {
@@ -610,21 +615,22 @@ impl<E: Send + Sync + 'static> Core<E> {
             attempt = msg.receive_count,
             payload_bytes = msg.body.len(),
         );
-        self.run_resolved(queue, msg, job, found, deadline, budget, contended)
+        self.run_resolved(queue, msg, job, found, deadline, budget, contended, gate)
             .instrument(span)
             .await
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn run_resolved(
+    async fn run_resolved<'b>(
         &self,
-        queue: &QueueInfo,
+        queue: &'b QueueInfo,
         msg: &Message,
-        job: &Job<'_>,
+        job: &'b Job<'_>,
         found: &Found,
         deadline: Instant,
         budget: &Budget,
         contended: &AtomicU64,
+        gate: &GroupCommit<'b, E>,
     ) -> Verdict {
         let Job { resolved, hash } = job;
         let payload = resolved.as_ref().map_or(msg.body.as_str(), |j| &j.payload);
@@ -655,7 +661,8 @@ impl<E: Send + Sync + 'static> Core<E> {
                     message_id: msg.message_id.clone(),
                     deadline,
                 };
-                let work = self.look_up_then_run(job_ref, found, payload, meta, budget, contended);
+                let work =
+                    self.look_up_then_run(job_ref, found, payload, meta, budget, contended, gate);
                 let guarded = AssertUnwindSafe(work).catch_unwind();
                 match tokio::time::timeout_at(budget.abandon_at, guarded).await {
                     Err(_) => Attempt::TimedOut,
@@ -720,14 +727,16 @@ impl<E: Send + Sync + 'static> Core<E> {
     /// settled without running its handler, and its stored follow-ups are
     /// re-sent. Then it is decoded, handled and committed, a lost race
     /// re-running it within this invocation.
-    async fn look_up_then_run(
+    #[allow(clippy::too_many_arguments)]
+    async fn look_up_then_run<'b>(
         &self,
-        job_ref: JobRef<'_>,
+        job_ref: JobRef<'b>,
         found: &Found,
         payload: &str,
         meta: JobMeta,
         budget: &Budget,
         contended: &AtomicU64,
+        gate: &GroupCommit<'b, E>,
     ) -> Attempt {
         match found {
             Found::NotRead | Found::Read(Ok(LookedUp::Absent)) => {}
@@ -746,32 +755,37 @@ impl<E: Send + Sync + 'static> Core<E> {
         }
         // A lost optimistic-concurrency race runs the job again (decoded
         // afresh), within this invocation.
+        let running = gate.enter();
         let work = rerun_lost_races(
             self.config.contention_retries,
             budget.start_by,
             contended,
             || {
                 let run = self.handler.decode_and_handle(payload, meta.clone());
+                let running = &running;
                 async move {
                     let effect = run
                         .map_err(Attempt::Undecodable)?
                         .await
                         .map_err(Attempt::Handler)?;
+                    let (commit, effect) = gate.commit(running, job_ref, effect).await;
+                    let follow_ups = effect
+                        .as_ref()
+                        .map_or(&[][..], |e| self.store.follow_ups(e));
                     // Follow-ups go out after the commit and before the
                     // acknowledgement (src/followup/).
-                    Ok(match self.store.commit(job_ref, &effect).await {
-                        Ok(settled) => Ok(after_commit(
-                            &self.follow_ups,
-                            self.store.follow_ups(&effect),
-                            settled,
-                        )
-                        .await),
+                    Ok(match commit {
+                        Ok(settled) => {
+                            Ok(after_commit(&self.follow_ups, follow_ups, settled).await)
+                        }
                         Err(e) => Err(e),
                     })
                 }
             },
         );
-        match work.await {
+        let result = work.await;
+        gate.leave(running).await;
+        match result {
             Err(attempt) => attempt,
             Ok(commit) => Attempt::Commit(commit),
         }

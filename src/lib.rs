@@ -120,6 +120,7 @@ mod backtrace;
 mod classify;
 mod clock;
 mod commit;
+mod group_commit;
 mod handler;
 mod host;
 #[cfg(any(feature = "lambda", feature = "worker"))]

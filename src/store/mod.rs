@@ -101,6 +101,17 @@ pub trait Store: Send + Sync + 'static {
         ))
     }
 
+    /// Whether [`commit_batch`](Self::commit_batch) answers many jobs in
+    /// fewer round trips than their [`commit`](Self::commit)s side by side
+    /// (PostgreSQL pipelines them on one connection). When it does, the
+    /// batch gathers the commits of jobs whose handlers finish together
+    /// and hands them to `commit_batch` at once; when not (the default;
+    /// DynamoDB, one `TransactWriteItems` per job), each job commits as
+    /// soon as its handler returns.
+    fn groups_commits(&self) -> bool {
+        false
+    }
+
     /// The marker of job `job_id` as committed from `queue`, if any.
     fn read_marker<'a>(
         &'a self,

@@ -637,3 +637,143 @@ async fn a_failure_record_outlives_a_broken_connection() {
     assert!(err.contains("SQLSTATE 42P01"), "{err}");
     assert!(err.contains("does not exist"), "{err}");
 }
+
+/// A batch's commits pipelined on one connection, which one job's
+/// statement ends in the middle (`pg_terminate_backend` of its own
+/// session): the jobs before it committed, the jobs after it never ran on
+/// that connection and are settled again on a fresh one, and the job
+/// itself, whose second try breaks the same way, is a transient failure
+/// that applied nothing. Delivered again, every job applies once.
+#[tokio::test]
+async fn a_batch_pipeline_cut_midway_settles_every_job() {
+    let t = Pg::new().await;
+    let names = ["p1", "p2", "cut", "p3", "p4"];
+    // Ends its own session, then would count itself.
+    let killing = || {
+        Effect::new()
+            .execute(Sql::new("SELECT pg_terminate_backend(pg_backend_pid())"))
+            .execute(Sql::new(format!(
+                "INSERT INTO \"{}\".counters (name, n) VALUES ('cut', 1)",
+                t.schema()
+            )))
+    };
+    let effects: Vec<Effect> = names
+        .iter()
+        .map(|n| if *n == "cut" { killing() } else { t.add_one(n) })
+        .collect();
+    let outcomes = commit_batch(&t, &names, &effects).await;
+    assert_eq!(outcomes[0], CommitOutcome::Committed, "{outcomes:?}");
+    assert_eq!(outcomes[1], CommitOutcome::Committed, "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[2], CommitOutcome::Transient { reason } if reason.contains("broke twice")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes[3], CommitOutcome::Committed, "{outcomes:?}");
+    assert_eq!(outcomes[4], CommitOutcome::Committed, "{outcomes:?}");
+    for (name, n) in [("p1", 1), ("p2", 1), ("cut", 0), ("p3", 1), ("p4", 1)] {
+        assert_eq!(t.counter(name).await, n, "job {name} after the cut");
+    }
+
+    // The same batch delivered again, the cut job's bug fixed.
+    let effects: Vec<Effect> = names.iter().map(|n| t.add_one(n)).collect();
+    let outcomes = commit_batch(&t, &names, &effects).await;
+    let expected = [
+        CommitOutcome::Duplicate,
+        CommitOutcome::Duplicate,
+        CommitOutcome::Committed,
+        CommitOutcome::Duplicate,
+        CommitOutcome::Duplicate,
+    ];
+    assert_eq!(outcomes, expected);
+    for name in names {
+        assert_eq!(t.counter(name).await, 1, "job {name} applied once");
+    }
+}
+
+/// A pool of one connection serves a batch whose jobs take every path at
+/// once: pipelined new jobs, one already committed (read back after the
+/// pipeline), and one with a row-count check (committed on its own).
+#[tokio::test]
+async fn a_pool_of_one_serves_a_mixed_batch() {
+    let t = Pg::new().await;
+    let store = Postgres::new(
+        PostgresConfig::new(postgres_url())
+            .with_schema(t.schema())
+            .unwrap()
+            .with_pool_size(1),
+    )
+    .unwrap();
+    assert_eq!(
+        cut_commit(&store, "old", &t).await,
+        CommitOutcome::Committed
+    );
+    let checked = Effect::new().execute(
+        Sql::new(format!(
+            "UPDATE \"{}\".counters SET n = n + 1 WHERE name = 'old'",
+            t.schema()
+        ))
+        .expect_rows(1),
+    );
+    let names = ["m1", "old", "checked", "m2"];
+    let effects = [t.add_one("m1"), t.add_one("old"), checked, t.add_one("m2")];
+    let ids: Vec<JobId> = names.iter().map(|n| JobId::new(*n).unwrap()).collect();
+    let hash = PayloadHash::of(b"{}");
+    let jobs: Vec<(JobRef<'_>, &Effect)> = ids
+        .iter()
+        .zip(&effects)
+        .map(|(id, e)| {
+            let job = JobRef {
+                id,
+                payload_hash: &hash,
+                queue: "orders",
+            };
+            (job, e)
+        })
+        .collect();
+    let outcomes: Vec<CommitOutcome> =
+        tokio::time::timeout(Duration::from_secs(20), store.commit_batch(&jobs))
+            .await
+            .expect("no wait on itself")
+            .into_iter()
+            .map(|r| r.unwrap().outcome)
+            .collect();
+    assert_eq!(
+        outcomes,
+        [
+            CommitOutcome::Committed,
+            CommitOutcome::Duplicate,
+            CommitOutcome::Committed,
+            CommitOutcome::Committed
+        ]
+    );
+    assert_eq!(
+        t.counter("old").await,
+        2,
+        "committed once, then checked once"
+    );
+    assert_eq!(t.counter("m1").await + t.counter("m2").await, 2);
+}
+
+/// `commit_batch` of `names` with `effects` on `t`'s store: each outcome.
+async fn commit_batch(t: &Pg, names: &[&str], effects: &[Effect]) -> Vec<CommitOutcome> {
+    let ids: Vec<JobId> = names.iter().map(|n| JobId::new(*n).unwrap()).collect();
+    let hash = PayloadHash::of(b"{}");
+    let jobs: Vec<(JobRef<'_>, &Effect)> = ids
+        .iter()
+        .zip(effects)
+        .map(|(id, e)| {
+            let job = JobRef {
+                id,
+                payload_hash: &hash,
+                queue: "orders",
+            };
+            (job, e)
+        })
+        .collect();
+    t.store()
+        .commit_batch(&jobs)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().outcome)
+        .collect()
+}

@@ -53,10 +53,11 @@ use crate::job::{JobId, PayloadHash};
 use crate::store::{LookedUp, Settled};
 
 /// One request of a pipeline, answered with its row count.
-type Pending<'a> = Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>;
+pub(super) type Pending<'a> =
+    Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>;
 
 /// How one try of the transaction ended.
-enum Step {
+pub(super) enum Step {
     /// Marker and effect are committed.
     Committed,
     /// The job's marker exists: nothing applied; read it to decide.
@@ -65,6 +66,44 @@ enum Step {
     Outcome(CommitOutcome),
     /// The connection broke; whether `COMMIT` took effect is unknown.
     Broken(String),
+}
+
+/// A job's marker row, as the insert sends it.
+pub(super) struct MarkerRow<'a> {
+    namespace: &'a str,
+    job_id: &'a str,
+    hash: &'a str,
+    queue: &'a str,
+    now: SystemTime,
+    expires: SystemTime,
+    follow_ups: Option<String>,
+}
+
+impl<'a> MarkerRow<'a> {
+    pub(super) fn new(inner: &'a Inner, job: JobRef<'a>, effect: &Effect, now: SystemTime) -> Self {
+        Self {
+            namespace: inner.namespace_for(job.queue),
+            job_id: job.id.as_str(),
+            hash: job.payload_hash.as_str(),
+            queue: job.queue,
+            now,
+            expires: now + inner.marker_ttl,
+            follow_ups: outbox::encode(effect.follow_ups()),
+        }
+    }
+
+    /// The insert's parameters, with their types (`insert_marker`'s order).
+    pub(super) fn params(&self) -> [(&(dyn ToSql + Sync), Type); 7] {
+        [
+            (&self.namespace, Type::TEXT),
+            (&self.job_id, Type::TEXT),
+            (&self.hash, Type::TEXT),
+            (&self.queue, Type::TEXT),
+            (&self.now, Type::TIMESTAMPTZ),
+            (&self.expires, Type::TIMESTAMPTZ),
+            (&self.follow_ups, Type::TEXT),
+        ]
+    }
 }
 
 impl From<EffectError> for CommitError {
@@ -152,7 +191,7 @@ impl Inner {
 
     /// A connection (a fresh one on a retry), or the outcome when none can
     /// be opened.
-    async fn connection(
+    pub(super) async fn connection(
         &self,
         fresh: bool,
     ) -> Result<Conn<'_>, Result<CommitOutcome, CommitError>> {
@@ -183,20 +222,8 @@ impl Inner {
         effect: &Effect,
         now: SystemTime,
     ) -> Result<(Step, bool), CommitError> {
-        let namespace = self.namespace_for(job.queue);
-        let expires = now + self.marker_ttl;
-        let follow_ups = outbox::encode(effect.follow_ups());
-        let job_id = job.id.as_str();
-        let hash = job.payload_hash.as_str();
-        let marker: [(&(dyn ToSql + Sync), Type); 7] = [
-            (&namespace, Type::TEXT),
-            (&job_id, Type::TEXT),
-            (&hash, Type::TEXT),
-            (&job.queue, Type::TEXT),
-            (&now, Type::TIMESTAMPTZ),
-            (&expires, Type::TIMESTAMPTZ),
-            (&follow_ups, Type::TEXT),
-        ];
+        let row = MarkerRow::new(self, job, effect, now);
+        let marker = row.params();
         let commit_now = !effect.checks_rows();
         // With prepared statements: each one named on this connection,
         // prepared on its first use (before the transaction opens).
@@ -292,7 +319,7 @@ impl Inner {
 
     /// The step the answers before `COMMIT` decide, or `None` when they
     /// all succeeded (and their row counts are as expected).
-    fn judge(
+    pub(super) fn judge(
         &self,
         begun: Result<u64, tokio_postgres::Error>,
         inserted: Result<u64, tokio_postgres::Error>,
@@ -344,7 +371,7 @@ impl Inner {
     }
 
     /// A duplicate or a conflict, as the stored row says.
-    fn compare(&self, job: JobRef<'_>, row: &Row) -> Settled {
+    pub(super) fn compare(&self, job: JobRef<'_>, row: &Row) -> Settled {
         let stored_hash: String = row.get("payload_hash");
         if stored_hash != job.payload_hash.as_str() {
             return Settled::new(CommitOutcome::Conflict {
@@ -454,7 +481,7 @@ impl Inner {
 
     /// Reads marker rows, on a fresh connection once if the pooled one
     /// broke; a failure is the outcome it amounts to, or the error.
-    async fn read(
+    pub(super) async fn read(
         &self,
         namespaces: &[&str],
         ids: &[&str],
@@ -489,7 +516,9 @@ fn values<'a>(params: &[(&'a (dyn ToSql + Sync), Type)]) -> Vec<&'a (dyn ToSql +
 /// order, all before the first answer is awaited (tokio-postgres
 /// pipelines requests that are polled together: its crate documentation,
 /// "Pipelining").
-async fn in_order(mut requests: Vec<Pending<'_>>) -> Vec<Result<u64, tokio_postgres::Error>> {
+pub(super) async fn in_order(
+    mut requests: Vec<Pending<'_>>,
+) -> Vec<Result<u64, tokio_postgres::Error>> {
     let mut answers: Vec<Option<Result<u64, tokio_postgres::Error>>> =
         requests.iter().map(|_| None).collect();
     poll_fn(|cx| {
@@ -516,7 +545,7 @@ async fn in_order(mut requests: Vec<Pending<'_>>) -> Vec<Result<u64, tokio_postg
 }
 
 /// The outcome a step that applied nothing amounts to.
-fn outcome_of(step: Step) -> CommitOutcome {
+pub(super) fn outcome_of(step: Step) -> CommitOutcome {
     match step {
         Step::Outcome(o) => o,
         Step::Broken(reason) => CommitOutcome::Transient { reason },
@@ -565,7 +594,10 @@ pub(super) fn broke_connection(e: &tokio_postgres::Error) -> bool {
 ///   connect now) and a closed connection: the connection broke;
 /// - anything else (class 53 insufficient resources, `57014` statement
 ///   timeout, …): [`CommitOutcome::Transient`].
-fn classify(e: &tokio_postgres::Error, index: Option<usize>) -> Result<Step, CommitError> {
+pub(super) fn classify(
+    e: &tokio_postgres::Error,
+    index: Option<usize>,
+) -> Result<Step, CommitError> {
     let which = index.map_or_else(
         || "idemq's marker SQL".to_owned(),
         |i| format!("statement {i}"),

@@ -80,6 +80,7 @@ mod commit;
 mod effect;
 mod iam;
 mod outbox;
+mod pipeline;
 mod pool;
 mod provision;
 mod records;
@@ -459,6 +460,26 @@ impl Store for Postgres {
             }
             settled
         })
+    }
+
+    fn commit_batch<'a>(
+        &'a self,
+        jobs: &'a [(JobRef<'a>, &'a Effect)],
+    ) -> BoxFuture<'a, Vec<Result<Settled, CommitError>>> {
+        Box::pin(async move {
+            let settled = self.inner.settle_batch(jobs).await;
+            if self.inner.sweep_due() {
+                let inner = Arc::clone(&self.inner);
+                tokio::spawn(async move { inner.sweep().await });
+            }
+            settled
+        })
+    }
+
+    fn groups_commits(&self) -> bool {
+        // Prepared statements are prepared per connection before their
+        // transaction opens: those jobs are committed one by one anyway.
+        !self.inner.prepare
     }
 
     fn read_marker<'a>(

@@ -1,0 +1,242 @@
+//! A batch's commits in one round trip: the transactions of its jobs
+//! written one after another on one connection before the first answer is
+//! read.
+//!
+//! ```text
+//! BEGIN; INSERT marker of a; <a's statements>; COMMIT
+//! BEGIN; INSERT marker of b; <b's statements>; COMMIT
+//! …
+//! ```
+//!
+//! Each job is still a transaction of its own. Every statement goes as its
+//! own extended-query message group ending in `Sync`, so an error skips
+//! only the rest of that statement's group
+//! (<https://www.postgresql.org/docs/current/protocol-flow.html#PROTOCOL-FLOW-EXT-QUERY>,
+//! and "Pipelining" on the same page): the job's later statements fail as
+//! its transaction is aborted, its `COMMIT` ends it as a rollback, and the
+//! next job's `BEGIN` opens a fresh transaction. Each job's answers are
+//! judged as the single-job pipeline judges them (src/store/postgres/commit.rs).
+//!
+//! A connection that breaks in the middle leaves the jobs whose `COMMIT`
+//! was answered committed, and the rest unknown: those are settled again
+//! one by one on a fresh connection, where the marker decides (a job whose
+//! `COMMIT` took effect without its answer arriving finds its own marker
+//! and is a duplicate). A job whose marker already exists is told
+//! duplicate from conflict by one read of all such markers.
+//!
+//! Not pipelined with the others (settled alone, side by side): an effect
+//! with a row-count check (its `COMMIT` waits for the counts), an invalid
+//! effect (refused before any I/O), and every job when statements are
+//! prepared (`IDEMQ_POSTGRES_PREPARE`).
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::Inner;
+use super::commit::{MarkerRow, Pending, Step, classify, in_order};
+use super::effect::Effect;
+use crate::commit::{CommitError, CommitOutcome, JobRef};
+use crate::store::Settled;
+
+/// A commit's result.
+type Answer = Result<Settled, CommitError>;
+
+/// A statement's parameters with their types, as an unnamed statement
+/// sends them.
+type Params<'a> = Vec<(&'a (dyn ToSql + Sync), Type)>;
+
+impl Inner {
+    /// Commits `jobs`, each in a transaction of its own, pipelined on one
+    /// connection where they can be: one result per job, in order.
+    pub(super) async fn settle_batch(&self, jobs: &[(JobRef<'_>, &Effect)]) -> Vec<Answer> {
+        let (piped, alone): (Vec<usize>, Vec<usize>) = (0..jobs.len()).partition(|&i| {
+            let effect = jobs[i].1;
+            !self.prepare && !effect.checks_rows() && effect.validate().is_ok()
+        });
+        let (piped, alone) = if piped.len() < 2 {
+            (Vec::new(), (0..jobs.len()).collect())
+        } else {
+            (piped, alone)
+        };
+        let singles = futures_util::future::join_all(
+            alone.iter().map(|&i| self.settle(jobs[i].0, jobs[i].1)),
+        );
+        let picked: Vec<(JobRef<'_>, &Effect)> = piped.iter().map(|&i| jobs[i]).collect();
+        let (singles, pipelined) = tokio::join!(singles, self.pipeline(&picked));
+        let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
+        for (i, a) in alone.into_iter().zip(singles) {
+            answers[i] = Some(a);
+        }
+        for (i, a) in piped.into_iter().zip(pipelined) {
+            answers[i] = Some(a);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.expect("every job was settled"))
+            .collect()
+    }
+
+    /// The pipeline of `jobs` (each valid, none checking row counts), and
+    /// what is left to settle after it.
+    async fn pipeline(&self, jobs: &[(JobRef<'_>, &Effect)]) -> Vec<Answer> {
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let now = crate::clock::now();
+        let steps = match self.connection(false).await {
+            Ok(mut conn) => {
+                let steps = self.send_all(&mut conn, jobs, now).await;
+                if !conn.client().is_closed() {
+                    conn.release();
+                }
+                steps
+            }
+            // No connection: what that amounts to is every job's answer.
+            Err(failure) => {
+                return jobs
+                    .iter()
+                    .map(|_| match &failure {
+                        Ok(outcome) => Ok(Settled::new(outcome.clone())),
+                        Err(e) => Err(e.shared()),
+                    })
+                    .collect();
+            }
+        };
+        let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
+        let mut existing = Vec::new();
+        let mut broken = Vec::new();
+        for (i, step) in steps.into_iter().enumerate() {
+            match step {
+                Ok(Step::Committed) => {
+                    answers[i] = Some(Ok(Settled::new(CommitOutcome::Committed)))
+                }
+                Ok(Step::Outcome(o)) => answers[i] = Some(Ok(Settled::new(o))),
+                Ok(Step::MarkerExists) => existing.push(i),
+                Ok(Step::Broken(_)) => broken.push(i),
+                Err(e) => answers[i] = Some(Err(e)),
+            }
+        }
+        // The marker decides, on a fresh connection each: committed before
+        // the break (a duplicate now), or not (committed now).
+        let again = futures_util::future::join_all(
+            broken.iter().map(|&i| self.settle(jobs[i].0, jobs[i].1)),
+        );
+        let (again, compared) = tokio::join!(again, self.compare_existing(jobs, &existing));
+        for (i, a) in broken.into_iter().zip(again) {
+            answers[i] = Some(a);
+        }
+        for (i, a) in existing.into_iter().zip(compared) {
+            answers[i] = Some(a);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.expect("every pipelined job was judged"))
+            .collect()
+    }
+
+    /// Writes every job's transaction, then reads the answers: how each
+    /// one ended.
+    async fn send_all(
+        &self,
+        conn: &mut super::pool::Conn<'_>,
+        jobs: &[(JobRef<'_>, &Effect)],
+        now: SystemTime,
+    ) -> Vec<Result<Step, CommitError>> {
+        let client = conn.client();
+        let rows: Vec<MarkerRow<'_>> = jobs
+            .iter()
+            .map(|(job, effect)| MarkerRow::new(self, *job, effect, now))
+            .collect();
+        let markers: Vec<[(&(dyn ToSql + Sync), Type); 7]> =
+            rows.iter().map(MarkerRow::params).collect();
+        let typed: Vec<Vec<Params<'_>>> = jobs
+            .iter()
+            .map(|(_, effect)| effect.statements().iter().map(|s| s.params_ref()).collect())
+            .collect();
+        let mut requests: Vec<Pending<'_>> = Vec::new();
+        for (((_, effect), marker), params) in jobs.iter().zip(&markers).zip(&typed) {
+            requests.push(Box::pin(async {
+                client.batch_execute("BEGIN").await.map(|()| 0)
+            }));
+            requests.push(Box::pin(
+                client.execute_typed(&self.sql.insert_marker, marker),
+            ));
+            for (s, p) in effect.statements().iter().zip(params) {
+                requests.push(Box::pin(client.execute_typed(s.text(), p)));
+            }
+            requests.push(Box::pin(async {
+                client.batch_execute("COMMIT").await.map(|()| 0)
+            }));
+        }
+        let mut answers = in_order(requests).await.into_iter();
+        jobs.iter()
+            .map(|(_, effect)| {
+                let begun = answers.next().expect("BEGIN was sent");
+                let inserted = answers.next().expect("the marker was sent");
+                let counts: Vec<_> = answers.by_ref().take(effect.statements().len()).collect();
+                let committed = answers.next().expect("COMMIT was sent");
+                match self.judge(begun, inserted, &counts, effect)? {
+                    Some(step) => Ok(step),
+                    None => match committed {
+                        Ok(_) => Ok(Step::Committed),
+                        Err(e) => classify(&e, Some(counts.len().saturating_sub(1))),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Duplicate or conflict, for the jobs (`which`) whose marker refused
+    /// the commit: their stored rows read in one statement.
+    async fn compare_existing(
+        &self,
+        jobs: &[(JobRef<'_>, &Effect)],
+        which: &[usize],
+    ) -> Vec<Answer> {
+        if which.is_empty() {
+            return Vec::new();
+        }
+        let mut namespaces: Vec<&str> = which
+            .iter()
+            .map(|&i| self.namespace_for(jobs[i].0.queue))
+            .collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let ids: Vec<&str> = which.iter().map(|&i| jobs[i].0.id.as_str()).collect();
+        let rows = match self.read(&namespaces, &ids).await {
+            Ok(rows) => rows,
+            Err(failure) => {
+                return which
+                    .iter()
+                    .map(|_| match &failure {
+                        Ok(outcome) => Ok(Settled::new(outcome.clone())),
+                        Err(e) => Err(e.shared()),
+                    })
+                    .collect();
+            }
+        };
+        let by_key: HashMap<(String, String), Row> = rows
+            .into_iter()
+            .map(|row| ((row.get("namespace"), row.get("job_id")), row))
+            .collect();
+        which
+            .iter()
+            .map(|&i| {
+                let job = jobs[i].0;
+                let key = (
+                    self.namespace_for(job.queue).to_owned(),
+                    job.id.as_str().to_owned(),
+                );
+                Ok(match by_key.get(&key) {
+                    Some(row) => self.compare(job, row),
+                    None => Settled::new(CommitOutcome::Transient {
+                        reason: "the job's marker refused the commit, then was gone (expired and swept meanwhile)".into(),
+                    }),
+                })
+            })
+            .collect()
+    }
+}
