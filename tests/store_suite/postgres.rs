@@ -661,7 +661,7 @@ async fn a_batch_pipeline_cut_midway_settles_every_job() {
         .iter()
         .map(|n| if *n == "cut" { killing() } else { t.add_one(n) })
         .collect();
-    let outcomes = commit_batch(&t, &names, &effects).await;
+    let outcomes = commit_batch(t.store(), &names, &effects).await;
     assert_eq!(outcomes[0], CommitOutcome::Committed, "{outcomes:?}");
     assert_eq!(outcomes[1], CommitOutcome::Committed, "{outcomes:?}");
     assert!(
@@ -676,7 +676,7 @@ async fn a_batch_pipeline_cut_midway_settles_every_job() {
 
     // The same batch delivered again, the cut job's bug fixed.
     let effects: Vec<Effect> = names.iter().map(|n| t.add_one(n)).collect();
-    let outcomes = commit_batch(&t, &names, &effects).await;
+    let outcomes = commit_batch(t.store(), &names, &effects).await;
     let expected = [
         CommitOutcome::Duplicate,
         CommitOutcome::Duplicate,
@@ -716,27 +716,12 @@ async fn a_pool_of_one_serves_a_mixed_batch() {
     );
     let names = ["m1", "old", "checked", "m2"];
     let effects = [t.add_one("m1"), t.add_one("old"), checked, t.add_one("m2")];
-    let ids: Vec<JobId> = names.iter().map(|n| JobId::new(*n).unwrap()).collect();
-    let hash = PayloadHash::of(b"{}");
-    let jobs: Vec<(JobRef<'_>, &Effect)> = ids
-        .iter()
-        .zip(&effects)
-        .map(|(id, e)| {
-            let job = JobRef {
-                id,
-                payload_hash: &hash,
-                queue: "orders",
-            };
-            (job, e)
-        })
-        .collect();
-    let outcomes: Vec<CommitOutcome> =
-        tokio::time::timeout(Duration::from_secs(20), store.commit_batch(&jobs))
-            .await
-            .expect("no wait on itself")
-            .into_iter()
-            .map(|r| r.unwrap().outcome)
-            .collect();
+    let outcomes = tokio::time::timeout(
+        Duration::from_secs(20),
+        commit_batch(&store, &names, &effects),
+    )
+    .await
+    .expect("no wait on itself");
     assert_eq!(
         outcomes,
         [
@@ -754,8 +739,8 @@ async fn a_pool_of_one_serves_a_mixed_batch() {
     assert_eq!(t.counter("m1").await + t.counter("m2").await, 2);
 }
 
-/// `commit_batch` of `names` with `effects` on `t`'s store: each outcome.
-async fn commit_batch(t: &Pg, names: &[&str], effects: &[Effect]) -> Vec<CommitOutcome> {
+/// `commit_batch` of `names` with `effects` on `store`: each outcome.
+async fn commit_batch(store: &Postgres, names: &[&str], effects: &[Effect]) -> Vec<CommitOutcome> {
     let ids: Vec<JobId> = names.iter().map(|n| JobId::new(*n).unwrap()).collect();
     let hash = PayloadHash::of(b"{}");
     let jobs: Vec<(JobRef<'_>, &Effect)> = ids
@@ -770,7 +755,7 @@ async fn commit_batch(t: &Pg, names: &[&str], effects: &[Effect]) -> Vec<CommitO
             (job, e)
         })
         .collect();
-    t.store()
+    store
         .commit_batch(&jobs)
         .await
         .into_iter()

@@ -371,7 +371,7 @@ impl Inner {
     }
 
     /// A duplicate or a conflict, as the stored row says.
-    pub(super) fn compare(&self, job: JobRef<'_>, row: &Row) -> Settled {
+    fn compare(&self, job: JobRef<'_>, row: &Row) -> Settled {
         let stored_hash: String = row.get("payload_hash");
         if stored_hash != job.payload_hash.as_str() {
             return Settled::new(CommitOutcome::Conflict {
@@ -481,7 +481,7 @@ impl Inner {
 
     /// Reads marker rows, on a fresh connection once if the pooled one
     /// broke; a failure is the outcome it amounts to, or the error.
-    pub(super) async fn read(
+    async fn read(
         &self,
         namespaces: &[&str],
         ids: &[&str],
@@ -545,7 +545,7 @@ pub(super) async fn in_order(
 }
 
 /// The outcome a step that applied nothing amounts to.
-pub(super) fn outcome_of(step: Step) -> CommitOutcome {
+fn outcome_of(step: Step) -> CommitOutcome {
     match step {
         Step::Outcome(o) => o,
         Step::Broken(reason) => CommitOutcome::Transient { reason },

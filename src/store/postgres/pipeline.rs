@@ -29,17 +29,15 @@
 //! effect (refused before any I/O), and every job when statements are
 //! prepared (`IDEMQ_POSTGRES_PREPARE`).
 
-use std::collections::HashMap;
 use std::time::SystemTime;
 
-use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::Inner;
 use super::commit::{MarkerRow, Pending, Step, classify, in_order};
 use super::effect::Effect;
 use crate::commit::{CommitError, CommitOutcome, JobRef};
-use crate::store::Settled;
+use crate::store::{LookedUp, Settled};
 
 /// A commit's result.
 type Answer = Result<Settled, CommitError>;
@@ -95,15 +93,7 @@ impl Inner {
                 steps
             }
             // No connection: what that amounts to is every job's answer.
-            Err(failure) => {
-                return jobs
-                    .iter()
-                    .map(|_| match &failure {
-                        Ok(outcome) => Ok(Settled::new(outcome.clone())),
-                        Err(e) => Err(e.shared()),
-                    })
-                    .collect();
-            }
+            Err(failure) => return jobs.iter().map(|_| shared(&failure)).collect(),
         };
         let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
         let mut existing = Vec::new();
@@ -190,53 +180,33 @@ impl Inner {
     }
 
     /// Duplicate or conflict, for the jobs (`which`) whose marker refused
-    /// the commit: their stored rows read in one statement.
+    /// the commit: their stored rows read in one statement, as the
+    /// look-up before the handlers reads them.
     async fn compare_existing(
         &self,
         jobs: &[(JobRef<'_>, &Effect)],
         which: &[usize],
     ) -> Vec<Answer> {
-        if which.is_empty() {
-            return Vec::new();
-        }
-        let mut namespaces: Vec<&str> = which
-            .iter()
-            .map(|&i| self.namespace_for(jobs[i].0.queue))
-            .collect();
-        namespaces.sort_unstable();
-        namespaces.dedup();
-        let ids: Vec<&str> = which.iter().map(|&i| jobs[i].0.id.as_str()).collect();
-        let rows = match self.read(&namespaces, &ids).await {
-            Ok(rows) => rows,
-            Err(failure) => {
-                return which
-                    .iter()
-                    .map(|_| match &failure {
-                        Ok(outcome) => Ok(Settled::new(outcome.clone())),
-                        Err(e) => Err(e.shared()),
-                    })
-                    .collect();
-            }
-        };
-        let by_key: HashMap<(String, String), Row> = rows
+        let refs: Vec<JobRef<'_>> = which.iter().map(|&i| jobs[i].0).collect();
+        self.look_up(&refs)
+            .await
             .into_iter()
-            .map(|row| ((row.get("namespace"), row.get("job_id")), row))
-            .collect();
-        which
-            .iter()
-            .map(|&i| {
-                let job = jobs[i].0;
-                let key = (
-                    self.namespace_for(job.queue).to_owned(),
-                    job.id.as_str().to_owned(),
-                );
-                Ok(match by_key.get(&key) {
-                    Some(row) => self.compare(job, row),
-                    None => Settled::new(CommitOutcome::Transient {
-                        reason: "the job's marker refused the commit, then was gone (expired and swept meanwhile)".into(),
-                    }),
-                })
+            .map(|found| match found? {
+                LookedUp::Settled(settled) => Ok(settled),
+                // Refused by its marker, then gone: expired and swept
+                // meanwhile.
+                _ => Ok(Settled::new(CommitOutcome::Transient {
+                    reason: "the job's marker refused the commit, then was gone (expired and swept meanwhile)".into(),
+                })),
             })
             .collect()
+    }
+}
+
+/// One answer of a failure that many jobs share.
+fn shared(failure: &Result<CommitOutcome, CommitError>) -> Answer {
+    match failure {
+        Ok(outcome) => Ok(Settled::new(outcome.clone())),
+        Err(e) => Err(e.shared()),
     }
 }
