@@ -40,7 +40,6 @@ pub(crate) type Reply<E> = (Result<Settled, CommitError>, Option<E>);
 pub(crate) struct GroupCommit<'b, E> {
     store: &'b dyn Store<Effect = E>,
     gathers: bool,
-    window: Duration,
     state: Mutex<State<'b, E>>,
 }
 
@@ -87,7 +86,6 @@ impl<'b, E: Send + Sync + 'static> GroupCommit<'b, E> {
         Self {
             gathers: store.groups_commits(),
             store,
-            window: WINDOW,
             state: Mutex::new(State {
                 running: 0,
                 arrivals: 0,
@@ -161,7 +159,7 @@ impl<'b, E: Send + Sync + 'static> GroupCommit<'b, E> {
     /// scheduler), or when the window has passed.
     async fn wait(&self, id: u64, answer: &mut oneshot::Receiver<Reply<E>>) -> Reply<E> {
         let mut seen = None;
-        let until = tokio::time::Instant::now() + self.window;
+        let until = tokio::time::Instant::now() + WINDOW;
         loop {
             let (due, mine_taken, running) = {
                 let mut s = self.lock();

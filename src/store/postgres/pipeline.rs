@@ -64,21 +64,18 @@ impl Inner {
         );
         let picked: Vec<(JobRef<'_>, &Effect)> = piped.iter().map(|&i| jobs[i]).collect();
         let (singles, pipelined) = tokio::join!(singles, self.pipeline(&picked));
-        let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
-        for (i, a) in alone.into_iter().zip(singles) {
-            answers[i] = Some(a);
-        }
-        for (i, a) in piped.into_iter().zip(pipelined) {
-            answers[i] = Some(a);
-        }
+        let mut answers: Vec<Option<Answer>> = Vec::new();
+        answers.resize_with(jobs.len(), || None);
+        place(&mut answers, alone, singles);
+        place(&mut answers, piped, pipelined);
         answers
             .into_iter()
             .map(|a| a.expect("every job was settled"))
             .collect()
     }
 
-    /// The pipeline of `jobs` (each valid, none checking row counts), and
-    /// what is left to settle after it.
+    /// The pipeline of `jobs` (each valid, none checking row counts): each
+    /// job's answer, the ones it left unknown settled again.
     async fn pipeline(&self, jobs: &[(JobRef<'_>, &Effect)]) -> Vec<Answer> {
         if jobs.is_empty() {
             return Vec::new();
@@ -95,7 +92,8 @@ impl Inner {
             // No connection: what that amounts to is every job's answer.
             Err(failure) => return jobs.iter().map(|_| shared(&failure)).collect(),
         };
-        let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
+        let mut answers: Vec<Option<Answer>> = Vec::new();
+        answers.resize_with(jobs.len(), || None);
         let mut existing = Vec::new();
         let mut broken = Vec::new();
         for (i, step) in steps.into_iter().enumerate() {
@@ -115,12 +113,8 @@ impl Inner {
             broken.iter().map(|&i| self.settle(jobs[i].0, jobs[i].1)),
         );
         let (again, compared) = tokio::join!(again, self.compare_existing(jobs, &existing));
-        for (i, a) in broken.into_iter().zip(again) {
-            answers[i] = Some(a);
-        }
-        for (i, a) in existing.into_iter().zip(compared) {
-            answers[i] = Some(a);
-        }
+        place(&mut answers, broken, again);
+        place(&mut answers, existing, compared);
         answers
             .into_iter()
             .map(|a| a.expect("every pipelined job was judged"))
@@ -208,5 +202,12 @@ fn shared(failure: &Result<CommitOutcome, CommitError>) -> Answer {
     match failure {
         Ok(outcome) => Ok(Settled::new(outcome.clone())),
         Err(e) => Err(e.shared()),
+    }
+}
+
+/// Puts the answers of the jobs at `which` in their places.
+fn place(answers: &mut [Option<Answer>], which: Vec<usize>, got: Vec<Answer>) {
+    for (i, a) in which.into_iter().zip(got) {
+        answers[i] = Some(a);
     }
 }
