@@ -10,9 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
-};
+use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, QueueAttributeName};
 use futures_util::{StreamExt, stream};
 
 /// A queue that cannot be used.
@@ -32,11 +30,11 @@ pub enum QueueError {
 /// SQS's `MessageRetentionPeriod` when a queue is created without one: 4
 /// days
 /// (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html>).
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
 
 /// Some of a queue's attributes (`GetQueueAttributes`; `All` for every
 /// one).
-pub async fn attributes(
+pub(crate) async fn attributes(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     names: &[QueueAttributeName],
@@ -64,7 +62,10 @@ pub async fn arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, QueueEr
 
 /// A queue's `MessageRetentionPeriod` (for a DLQ, whose `RedrivePolicy`
 /// [`QueueInfo::discover`] does not read).
-pub async fn retention(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Duration, QueueError> {
+pub(crate) async fn retention(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<Duration, QueueError> {
     let secs = attributes(sqs, url, &[QueueAttributeName::MessageRetentionPeriod])
         .await?
         .get(&QueueAttributeName::MessageRetentionPeriod)
@@ -182,14 +183,19 @@ pub(crate) async fn url_of_arn(sqs: &aws_sdk_sqs::Client, arn: &str) -> Result<S
 
 /// `DeleteMessageBatch`, 10 a call. Returns the indexes (into `handles`)
 /// whose delete failed, a whole failed call counting for all its entries.
-pub async fn delete_messages(sqs: &aws_sdk_sqs::Client, url: &str, handles: &[&str]) -> Vec<usize> {
+#[cfg(any(feature = "ops", feature = "worker"))]
+pub(crate) async fn delete_messages(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    handles: &[&str],
+) -> Vec<usize> {
     let mut failed = Vec::new();
     for (c, chunk) in handles.chunks(10).enumerate() {
         let entries: Vec<_> = chunk
             .iter()
             .enumerate()
             .filter_map(|(i, h)| {
-                DeleteMessageBatchRequestEntry::builder()
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
                     .id(i.to_string())
                     .receipt_handle(*h)
                     .build()

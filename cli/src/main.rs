@@ -5,7 +5,7 @@
 //!
 //! Logs go to stderr as text, at `warn` unless the environment says
 //! otherwise, with the precedence `idemq::run` uses (see
-//! `idemq::config::log_filter_from`): the first set of `IDEMQ_LOG`,
+//! `idemq::config::log_filter_from_env`): the first set of `IDEMQ_LOG`,
 //! `RUST_LOG` and `AWS_LAMBDA_LOG_LEVEL` decides. `IDEMQ_LOG=debug` raises
 //! idemq's own logs only; `RUST_LOG=debug` raises every crate but the AWS
 //! SDK, HTTP and TLS ones, which stay at `warn`; either raises a dependency
@@ -127,15 +127,11 @@ struct InitArgs {
 #[tokio::main]
 async fn main() -> ExitCode {
     {
-        use tracing_subscriber::filter::{LevelFilter, Targets};
+        use tracing_subscriber::filter::LevelFilter;
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
         let default = LevelFilter::WARN;
-        let (filter, invalid) =
-            match idemq::config::log_filter_from(|var| std::env::var(var).ok(), default) {
-                Ok(filter) => (filter, None),
-                Err(e) => (Targets::new().with_default(default), Some(e)),
-            };
+        let (filter, invalid) = idemq::config::log_filter_from_env(default);
         tracing_subscriber::registry()
             .with(filter)
             .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))

@@ -5,7 +5,7 @@ use super::ConfigError;
 
 /// The log filter for an `IDEMQ_LOG` value (`None`: unset). `IDEMQ_LOG`
 /// comes first of the variables that set the levels: see
-/// [`log_filter_from`].
+/// [`log_filter_from_env`].
 ///
 /// `IDEMQ_LOG` is what an operator raises in an incident, so a plain level
 /// raises **idemq's own targets only** (the `idemq` crate and the `idemq`
@@ -93,8 +93,9 @@ const QUIET_DEPENDENCIES: &[&str] = &[
     "want",
 ];
 
-/// The log filter from the environment, each variable read through `get`
-/// (`|var| std::env::var(var).ok()` in a program; a map in a test).
+/// The log filter this process's environment asks for, with `default` for
+/// what it leaves unset: the filter [`run`](crate::run) installs, and the
+/// `idemq` CLI (at `warn`).
 ///
 /// Three variables set the levels; **the first one set decides alone**,
 /// the others are then ignored (an empty value counts as unset):
@@ -125,9 +126,10 @@ const QUIET_DEPENDENCIES: &[&str] = &[
 /// `IDEMQ_LOG` and `RUST_LOG` can make logs quieter than that level, never
 /// louder.
 ///
-/// An invalid value in the variable that decides is an error naming it;
-/// [`run`](crate::run) then logs it once and uses `default` for every
-/// crate. It never falls back to a variable further down the list.
+/// An invalid value in the variable that decides gives every crate at
+/// `default`, with the error naming that variable, for the caller to log
+/// once its subscriber is installed ([`run`](crate::run) logs it as a
+/// warning). It never falls back to a variable further down the list.
 ///
 /// The variables: [advanced logging controls](https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-advanced.html),
 /// [log-level filtering](https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html),
@@ -136,14 +138,33 @@ const QUIET_DEPENDENCIES: &[&str] = &[
 /// (`ApplicationLogLevel`, `LogFormat`).
 ///
 /// ```
-/// use tracing::Level;
 /// use tracing_subscriber::filter::LevelFilter;
-/// let get = |var: &str| (var == "RUST_LOG").then(|| "debug".to_owned());
-/// let filter = idemq::config::log_filter_from(get, LevelFilter::INFO).unwrap();
-/// assert!(filter.would_enable("my_handler", &Level::DEBUG));
-/// assert!(!filter.would_enable("aws_smithy_runtime::client", &Level::DEBUG));
+/// use tracing_subscriber::layer::SubscriberExt;
+/// use tracing_subscriber::util::SubscriberInitExt;
+/// let (filter, invalid) = idemq::config::log_filter_from_env(LevelFilter::WARN);
+/// tracing_subscriber::registry()
+///     .with(filter)
+///     .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+///     .init();
+/// if let Some(e) = invalid {
+///     tracing::warn!("{e}; logging at warn");
+/// }
 /// ```
-pub fn log_filter_from(
+pub fn log_filter_from_env(
+    default: tracing_subscriber::filter::LevelFilter,
+) -> (tracing_subscriber::filter::Targets, Option<ConfigError>) {
+    match log_filter_from(|var| std::env::var(var).ok(), default) {
+        Ok(filter) => (filter, None),
+        Err(e) => (
+            tracing_subscriber::filter::Targets::new().with_default(default),
+            Some(e),
+        ),
+    }
+}
+
+/// [`log_filter_from_env`]'s filter, each variable read through `get` (a
+/// map in a test), and an invalid value an error rather than `default`.
+pub(crate) fn log_filter_from(
     get: impl Fn(&str) -> Option<String>,
     default: tracing_subscriber::filter::LevelFilter,
 ) -> Result<tracing_subscriber::filter::Targets, ConfigError> {
@@ -163,7 +184,7 @@ pub fn log_filter_from(
     Ok(tracing_subscriber::filter::Targets::new().with_default(default))
 }
 
-/// A `RUST_LOG` value: see [`log_filter_from`].
+/// A `RUST_LOG` value: see [`log_filter_from_env`].
 fn rust_log_filter(
     value: &str,
     default: tracing_subscriber::filter::LevelFilter,
@@ -260,9 +281,10 @@ impl LogFormat {
     }
 }
 
-/// The log format from `AWS_LAMBDA_LOG_FORMAT` (read through `get`, as in
-/// [`log_filter_from`]): `JSON` or `Text`, any case, which Lambda sets from
-/// the function's log format (its
+/// The log format from `AWS_LAMBDA_LOG_FORMAT`, read through `get`
+/// (`|var| std::env::var(var).ok()` in a program, a map in a test): `JSON`
+/// or `Text`, any case, which Lambda sets from the function's log format
+/// (its
 /// [advanced logging controls](https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-advanced.html);
 /// values as in
 /// [`LoggingConfig`](https://docs.aws.amazon.com/lambda/latest/api/API_LoggingConfig.html)).

@@ -13,7 +13,7 @@
 //!   pointer, envelope) and the check that markers outlive every copy;
 //! - `batch.rs`: [`BatchConfig`] (concurrency, deadline margin, backoff,
 //!   contention retries);
-//! - `logging.rs`: which logs are on ([`log_filter_from`]) and their
+//! - `logging.rs`: which logs are on ([`log_filter_from_env`]) and their
 //!   format.
 
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub use idempotency::{DEFAULT_READ_MARKER_FIRST, IdempotencyConfig, LegacyMarker
 #[cfg(feature = "postgres")]
 pub(crate) use layout::check_namespace;
 pub use layout::{TableLayout, queue_name};
-pub use logging::{LogFormat, log_filter, log_filter_from, log_format_from};
+pub use logging::{LogFormat, log_filter, log_filter_from_env, log_format_from};
 
 /// Default marker lifetime: source retention (up to 14 days) is rarely that
 /// long, and 21 days covers the default 4 days + 14 days of DLQ + a replay day.

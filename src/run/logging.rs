@@ -22,7 +22,7 @@ impl tracing_subscriber::fmt::time::FormatTime for LogClock {
 /// subscriber of its own (see [`crate::run`]).
 pub(super) fn init_logging(on_lambda: bool) {
     use crate::config::{self, LogFormat};
-    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::filter::LevelFilter;
     use tracing_subscriber::fmt;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -32,10 +32,10 @@ pub(super) fn init_logging(on_lambda: bool) {
     let default = LevelFilter::INFO;
     let env = |var: &str| std::env::var(var).ok();
     let mut invalid = Vec::new();
-    let filter = config::log_filter_from(env, default).unwrap_or_else(|e| {
+    let (filter, invalid_filter) = config::log_filter_from_env(default);
+    if let Some(e) = invalid_filter {
         invalid.push(format!("{e}; logging at {default}"));
-        Targets::new().with_default(default)
-    });
+    }
     let format = config::log_format_from(env, on_lambda).unwrap_or_else(|e| {
         let format = LogFormat::host_default(on_lambda);
         let name = if format == LogFormat::Json {

@@ -111,16 +111,31 @@ pub async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::typ
             empty += 1;
             continue;
         }
-        let handles: Vec<&str> = out
+        // One receive is at most 10 messages: one DeleteMessageBatch.
+        let entries: Vec<_> = out
             .messages()
             .iter()
             .filter_map(|m| m.receipt_handle())
+            .enumerate()
+            .map(|(i, handle)| {
+                aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(handle)
+                    .build()
+                    .expect("id and receipt handle set")
+            })
             .collect();
+        let deleted = sqs
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .expect("delete");
         assert!(
-            idemq::queue::delete_messages(sqs, url, &handles)
-                .await
-                .is_empty(),
-            "delete"
+            deleted.failed().is_empty(),
+            "delete: {:?}",
+            deleted.failed()
         );
         all.extend(out.messages().iter().cloned());
     }

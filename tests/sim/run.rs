@@ -1014,8 +1014,8 @@ async fn native_redrive(
             return Ok(None);
         }
     }
-    let dlq_arn = idemq::queue::arn(sqs_client, &sqs::url(DLQ)).await?;
-    let to = idemq::queue::arn(sqs_client, &sqs::url(SOURCE)).await?;
+    let dlq_arn = peek.arn().await?;
+    let to = peek.destination_arn(&sqs::url(SOURCE)).await?;
     start_native(sqs_client, &dlq_arn, Some(&to), Some(50)).await?;
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;

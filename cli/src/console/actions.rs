@@ -479,9 +479,7 @@ async fn delete(
         .iter()
         .map(|(m, _)| m.receipt_handle.as_str())
         .collect();
-    let failed =
-        idemq::queue::delete_messages(c.ctx.dlq.peek().sqs(), c.ctx.dlq.peek().dlq_url(), &handles)
-            .await;
+    let failed = c.ctx.dlq.delete(&handles).await;
     for i in &failed {
         task.note(format!(
             "{}: archived but not deleted (still in the DLQ)",

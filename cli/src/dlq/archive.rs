@@ -113,15 +113,13 @@ impl Ctx {
         }
         let messages: Vec<DeadMessage> = items.into_iter().map(|(m, _)| m).collect();
         let handles: Vec<&str> = messages.iter().map(|m| m.receipt_handle.as_str()).collect();
-        let not_deleted: Vec<&str> = idemq::queue::delete_messages(
-            self.dlq.peek().sqs(),
-            self.dlq.peek().dlq_url(),
-            &handles,
-        )
-        .await
-        .into_iter()
-        .map(|i| messages[i].message_id.as_str())
-        .collect();
+        let not_deleted: Vec<&str> = self
+            .dlq
+            .delete(&handles)
+            .await
+            .into_iter()
+            .map(|i| messages[i].message_id.as_str())
+            .collect();
         for id in &not_deleted {
             eprintln!("failed: {id}: exported but not deleted");
         }

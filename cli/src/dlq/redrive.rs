@@ -204,7 +204,7 @@ impl Ctx {
     ) -> CmdResult {
         let peek = self.dlq.peek();
         let sqs = peek.sqs();
-        let dlq_arn = idemq::queue::arn(sqs, peek.dlq_url()).await?;
+        let dlq_arn = peek.arn().await?;
         if cancel {
             match (cancel_native(sqs, &dlq_arn).await?, json) {
                 (moved, true) => println!(
@@ -249,7 +249,7 @@ impl Ctx {
             }
         }
         let to_arn = match to {
-            Some(url) => Some(idemq::queue::arn(sqs, url).await?),
+            Some(url) => Some(peek.destination_arn(url).await?),
             None => None,
         };
         start_native(

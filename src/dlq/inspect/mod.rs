@@ -269,6 +269,15 @@ impl Dlq {
         self.peek.release(&messages).await;
     }
 
+    /// Deletes letters it holds, by receipt handle (`DeleteMessageBatch`,
+    /// 10 a call): once they are kept elsewhere, such as an archive file
+    /// that reads back whole. Returns the indexes (into `receipt_handles`)
+    /// whose delete failed, each logged, a whole failed call counting for
+    /// all its entries: those letters are still in the DLQ.
+    pub async fn delete(&self, receipt_handles: &[&str]) -> Vec<usize> {
+        crate::queue::delete_messages(self.peek.sqs(), self.peek.dlq_url(), receipt_handles).await
+    }
+
     /// The failure record stored under `id` (a job id or a message id),
     /// for a letter no longer in the DLQ; `None` without a table.
     pub async fn failure_record(&self, id: &str) -> Result<Option<FailureRecord>, DlqError> {

@@ -16,6 +16,7 @@ use serde::Serialize;
 use super::records::Records;
 use crate::failure::{DlqError, LetterKey};
 use crate::job::JobIdResolver;
+use crate::queue::QueueError;
 
 #[cfg(test)]
 mod identity_tests;
@@ -298,6 +299,28 @@ impl Peek {
     /// The DLQ's URL.
     pub fn dlq_url(&self) -> &str {
         &self.dlq_url
+    }
+
+    /// The DLQ's ARN (`GetQueueAttributes`): SQS's move task names the
+    /// queue it moves from by ARN, not URL ([`start_native`],
+    /// [`native_status`], [`wait_native`], [`cancel_native`]).
+    ///
+    /// [`start_native`]: super::redrive::start_native
+    /// [`native_status`]: super::redrive::native_status
+    /// [`wait_native`]: super::redrive::wait_native
+    /// [`cancel_native`]: super::redrive::cancel_native
+    pub async fn arn(&self) -> Result<String, QueueError> {
+        crate::queue::arn(&self.sqs, &self.dlq_url).await
+    }
+
+    /// The ARN of the queue at `url`, read with the DLQ's client: where
+    /// SQS's move task sends the DLQ's messages instead of back to their
+    /// source queues ([`start_native`]'s `to_arn`: one of those source
+    /// queues, or any other destination).
+    ///
+    /// [`start_native`]: super::redrive::start_native
+    pub async fn destination_arn(&self, url: &str) -> Result<String, QueueError> {
+        crate::queue::arn(&self.sqs, url).await
     }
 
     /// The SQS client it reads with.
