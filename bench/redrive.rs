@@ -4,7 +4,7 @@
 //! messages/s and SQS requests per moved message (goal: ≤ 0.35).
 //!
 //! ```sh
-//! make bench-redrive           # or: cargo run --example bench_redrive -- 2000
+//! make bench-redrive           # or: cargo run --release --example bench_redrive -- 2000
 //! ```
 
 use std::time::{Duration, Instant};
@@ -62,8 +62,11 @@ async fn main() -> Result<(), Error> {
     let run = rand::random::<u32>();
     let dlq = queue(&c.sqs, &format!("bench-dlq-{run}")).await?;
     let target = queue(&c.sqs, &format!("bench-target-{run}")).await?;
+    let peek = Peek::new(c.sqs.clone(), &dlq, Duration::from_secs(60));
+    let dlq_arn = peek.arn().await?;
+    let target_arn = peek.destination_arn(&target).await?;
     // SQS moves only out of a queue that some RedrivePolicy names.
-    let policy = serde_json::json!({"deadLetterTargetArn": idemq::queue::arn(&c.sqs, &dlq).await?, "maxReceiveCount": 5});
+    let policy = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5});
     c.sqs
         .set_queue_attributes()
         .queue_url(&target)
@@ -77,7 +80,6 @@ async fn main() -> Result<(), Error> {
     // idemq's redrive, to an explicit destination.
     fill(&c.sqs, &dlq, n).await?;
     c.counter.take();
-    let peek = Peek::new(c.sqs.clone(), &dlq, Duration::from_secs(60));
     let options = RedriveOptions {
         to: Some(target.clone()),
         ..RedriveOptions::default()
@@ -94,8 +96,6 @@ async fn main() -> Result<(), Error> {
 
     // SQS's own move task, same messages.
     fill(&c.sqs, &dlq, n).await?;
-    let dlq_arn = idemq::queue::arn(&c.sqs, &dlq).await?;
-    let target_arn = idemq::queue::arn(&c.sqs, &target).await?;
     c.counter.take();
     let start = Instant::now();
     start_native(&c.sqs, &dlq_arn, Some(&target_arn), Some(500)).await?;

@@ -52,8 +52,10 @@ pub(crate) async fn attributes(
     Ok(out.attributes().cloned().unwrap_or_default())
 }
 
-/// A queue's ARN.
-pub async fn arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, QueueError> {
+/// A queue's ARN: what a redrive policy and SQS's move tasks name a queue
+/// by (the operator library's `idemq init` and `Peek::arn`).
+#[cfg(feature = "ops")]
+pub(crate) async fn arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, QueueError> {
     attributes(sqs, url, &[QueueAttributeName::QueueArn])
         .await?
         .remove(&QueueAttributeName::QueueArn)
