@@ -1,8 +1,8 @@
 //! Group commit: the commits of a batch's jobs whose handlers finish
 //! together, handed to the store at once ([`Store::commit_batch`]), for a
 //! store that answers many in fewer round trips than one each
-//! ([`Store::groups_commits`]; PostgreSQL pipelines them on one
-//! connection).
+//! ([`Store::groups_commits`]; PostgreSQL pipelines them on one or two
+//! connections).
 //!
 //! A job that reaches its commit waits here until no other running job is
 //! still in its handler (each will commit or end soon), or until a short

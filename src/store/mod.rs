@@ -103,7 +103,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether [`commit_batch`](Self::commit_batch) answers many jobs in
     /// fewer round trips than their [`commit`](Self::commit)s side by side
-    /// (PostgreSQL pipelines them on one connection). When it does, the
+    /// (PostgreSQL pipelines them on one or two connections). When it does, the
     /// batch gathers the commits of jobs whose handlers finish together
     /// and hands them to `commit_batch` at once; when not (the default;
     /// DynamoDB, one `TransactWriteItems` per job), each job commits as
