@@ -103,24 +103,28 @@ stack-down:
 stack-status:
 	@scripts/stack.sh status
 
+# The speed benchmarks are built in release (the profile a function ships
+# with), all four with the same features so that they share one build of
+# idemq; `make bench-peers` builds its bootstrap in release too.
+BENCH_BUILD = cargo build --locked --release --features testing,postgres --example
 bench-worker: stack-up
-	cargo build --locked --example bench_worker
-	$(WITH_STACK) target/debug/examples/bench_worker 2000
+	$(BENCH_BUILD) bench_worker
+	$(WITH_STACK) target/release/examples/bench_worker 2000
 
 bench-producer: stack-up
-	cargo build --locked --example bench_producer
-	$(WITH_STACK) target/debug/examples/bench_producer 5000
+	$(BENCH_BUILD) bench_producer
+	$(WITH_STACK) target/release/examples/bench_producer 5000
 
 bench-redrive: stack-up
-	cargo build --locked --example bench_redrive
-	$(WITH_STACK) target/debug/examples/bench_redrive 2000
+	$(BENCH_BUILD) bench_redrive
+	$(WITH_STACK) target/release/examples/bench_redrive 2000
 
 # 20,000 jobs per variant (BENCH_PG_JOBS; the example alone defaults to
-# 2,000), with the features every other build uses, so it shares their build.
+# 2,000).
 PG_JOBS ?= 20000
 bench-postgres: stack-up
-	cargo build --locked --features testing,postgres --example bench_postgres
-	$(WITH_STACK) BENCH_PG_JOBS=$(PG_JOBS) target/debug/examples/bench_postgres
+	$(BENCH_BUILD) bench_postgres
+	$(WITH_STACK) BENCH_PG_JOBS=$(PG_JOBS) target/release/examples/bench_postgres
 
 bench-peers:
 	@scripts/bench.sh

@@ -55,7 +55,7 @@
 //! benchmark creates is dropped at the end.
 //!
 //! ```sh
-//! make bench-postgres          # or: BENCH_PG_JOBS=2000 cargo run --features testing,postgres --example bench_postgres
+//! make bench-postgres          # or: BENCH_PG_JOBS=2000 cargo run --release --features testing,postgres --example bench_postgres
 //! ```
 
 use std::net::SocketAddr;

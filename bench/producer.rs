@@ -3,7 +3,7 @@
 //! SQS requests per message (goal: ≤ 0.11 for `send_batch`).
 //!
 //! ```sh
-//! make bench-producer          # or: cargo run --example bench_producer -- 5000
+//! make bench-producer          # or: cargo run --release --example bench_producer -- 5000
 //! ```
 
 use std::time::Instant;

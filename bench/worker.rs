@@ -12,7 +12,7 @@
 //! retries count too.
 //!
 //! ```sh
-//! make bench-worker            # or: cargo run --example bench_worker -- 2000
+//! make bench-worker            # or: cargo run --release --example bench_worker -- 2000
 //! ```
 
 use std::collections::{BTreeMap, HashSet};

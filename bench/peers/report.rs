@@ -198,6 +198,22 @@ pub fn goals(r: &Results) -> Vec<Goal> {
             format!("{:.1} % short at worst", (0.9 - w) / 0.9 * 100.0)
         },
     });
+    // At the grid's longest delay, the one closest to a network between
+    // the function and its store, the bar is higher: there idemq's work
+    // per job is the plain consumer's, one request.
+    if let Some(&(d, x)) = plain.iter().max_by_key(|(d, _)| *d) {
+        g.push(Goal {
+            goal: "throughput vs the plain consumer (batch 10, one environment, longest delay)",
+            target: "≥ 0.95×".into(),
+            measured: format!("{x:.3}× at {d} ms"),
+            met: x >= 0.95,
+            by: if x >= 0.95 {
+                String::new()
+            } else {
+                format!("{:.1} % short", (0.95 - x) / 0.95 * 100.0)
+            },
+        });
+    }
     let pt = vs(Peer::Powertools);
     let w = worst(&pt);
     g.push(Goal {
