@@ -695,8 +695,8 @@ async fn s17_postgres_kill_mid_batch() {
 /// client's chunks dropped and 3% of the server's, and 20% of the chunks
 /// holding `COMMIT` forwarded and then cut before the answer comes back
 /// (the transaction took effect, the worker cannot know); with a 10 s
-/// total outage in the middle (every connection cut, new ones closed on
-/// arrival). No worker dies of it, nothing is lost or doubled, nothing
+/// total outage from the workers' first connection on (every connection
+/// cut, new ones closed on arrival). No worker dies of it, nothing is lost or doubled, nothing
 /// reaches the DLQ: the store's retry on a new connection, or the next
 /// delivery, finds the marker of a commit whose answer was lost.
 ///
@@ -728,15 +728,18 @@ async fn s18_postgres_connections_cut_commits_unanswered_and_outage() {
     };
     proxy.set_faults(faults);
     let mut w = pg_workers(&res, &pg, &proxy.url(), &[("IDEMQ_BACKOFF_CAP", "4s")], 3);
-    let start = Instant::now();
-    let (outage_at, outage_end) = (Duration::from_secs(3), Duration::from_secs(13));
+    // The outage begins as soon as the workers have reached the server
+    // (their first connection), not at a fixed time: a small run can drain
+    // its queue within seconds, before a fixed start. It lasts 10 s.
+    let outage_for = Duration::from_secs(10);
+    let mut began: Option<Instant> = None;
     let mut phase = 0;
     w.run_until_empty(&sdk, Duration::from_secs(900), |_| {
-        let t = start.elapsed();
-        if phase == 0 && t >= outage_at {
+        if phase == 0 && proxy.stats.connections.load(Ordering::Relaxed) > 0 {
             proxy.set_outage(true);
+            began = Some(Instant::now());
             phase = 1;
-        } else if phase == 1 && t >= outage_end {
+        } else if phase == 1 && began.is_some_and(|b| b.elapsed() >= outage_for) {
             proxy.set_outage(false);
             phase = 2;
         }
