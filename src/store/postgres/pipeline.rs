@@ -81,42 +81,37 @@ impl Inner {
 
     /// The pipelines of `jobs` (each valid, none checking row counts), side
     /// by side on up to [`PIPELINES`] connections: each job's answer, in
-    /// order.
+    /// order, the ones they left unknown settled again, and the jobs whose
+    /// marker exists read back in one statement for all pipelines.
     async fn pipeline(&self, jobs: &[(JobRef<'_>, &Effect)]) -> Vec<Answer> {
         if jobs.is_empty() {
             return Vec::new();
         }
-        let size = jobs.len().div_ceil(pipelines(jobs.len()));
-        futures_util::future::join_all(jobs.chunks(size).map(|c| self.pipeline_one(c)))
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
-    }
-
-    /// One pipeline of `jobs` on one connection: each job's answer, the
-    /// ones it left unknown settled again.
-    async fn pipeline_one(&self, jobs: &[(JobRef<'_>, &Effect)]) -> Vec<Answer> {
-        if jobs.is_empty() {
-            return Vec::new();
-        }
         let now = crate::clock::now();
-        let steps = match self.connection(false).await {
-            Ok(mut conn) => {
-                let steps = self.send_all(&mut conn, jobs, now).await;
-                if !conn.client().is_closed() {
-                    conn.release();
-                }
-                steps
-            }
-            // No connection: what that amounts to is every job's answer.
-            Err(failure) => return jobs.iter().map(|_| shared(&failure)).collect(),
-        };
+        let size = jobs.len().div_ceil(pipelines(jobs.len()));
+        let chunks = jobs.chunks(size);
+        let sent =
+            futures_util::future::join_all(chunks.clone().map(|c| self.send_on_one(c, now))).await;
         let mut answers: Vec<Option<Answer>> = Vec::new();
         answers.resize_with(jobs.len(), || None);
+        let mut steps = Vec::with_capacity(jobs.len());
+        for (chunk, got) in chunks.zip(sent) {
+            match got {
+                Ok(chunk_steps) => steps.extend(chunk_steps.into_iter().map(Some)),
+                // No connection: what that amounts to is each of its jobs'
+                // answer.
+                Err(failure) => {
+                    for _ in chunk {
+                        answers[steps.len()] = Some(shared(&failure));
+                        steps.push(None);
+                    }
+                }
+            }
+        }
         let mut existing = Vec::new();
         let mut broken = Vec::new();
         for (i, step) in steps.into_iter().enumerate() {
+            let Some(step) = step else { continue };
             match step {
                 Ok(Step::Committed) => {
                     answers[i] = Some(Ok(Settled::new(CommitOutcome::Committed)))
@@ -139,6 +134,21 @@ impl Inner {
             .into_iter()
             .map(|a| a.expect("every pipelined job was judged"))
             .collect()
+    }
+
+    /// One pipeline of `jobs` on a connection of its own: how each job's
+    /// transaction ended, or, without a connection, what that amounts to.
+    async fn send_on_one(
+        &self,
+        jobs: &[(JobRef<'_>, &Effect)],
+        now: SystemTime,
+    ) -> Result<Vec<Result<Step, CommitError>>, Result<CommitOutcome, CommitError>> {
+        let mut conn = self.connection(false).await?;
+        let steps = self.send_all(&mut conn, jobs, now).await;
+        if !conn.client().is_closed() {
+            conn.release();
+        }
+        Ok(steps)
     }
 
     /// Writes every job's transaction, then reads the answers: how each
