@@ -312,7 +312,13 @@ fn backtrace_attribute(rec: &FailureRecord) -> String {
 /// The value of [`ATTR_DEPLOY`] for a record: empty (left out) when the
 /// record names neither.
 fn deploy_attribute(rec: &FailureRecord) -> String {
-    match (rec.deploy.as_str(), rec.idemq_version.as_str()) {
+    deploy_value(&rec.deploy, &rec.idemq_version)
+}
+
+/// `deploy, idemq version` ([`ATTR_DEPLOY`]'s form), either part left out
+/// where it is empty; empty when both are.
+pub(crate) fn deploy_value(deploy: &str, idemq_version: &str) -> String {
+    match (deploy, idemq_version) {
         ("", "") => String::new(),
         ("", v) => format!("idemq {v}"),
         (d, "") => d.to_owned(),

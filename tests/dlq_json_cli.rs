@@ -155,6 +155,13 @@ fn failure_records_looked_for_in_the_wrong_namespace_are_warned_about() {
     let v = object(&o);
     assert_eq!(v["warnings"], serde_json::json!([]), "{}", out(&o));
     assert_eq!(v["by_error"]["ledger unavailable"], 2, "{}", out(&o));
+    // One consumer failed both: one deploy, with both jobs and their error.
+    let deploys = v["deploys"].as_object().expect("deploys");
+    assert_eq!(deploys.len(), 1, "{}", out(&o));
+    let (_, deploy) = deploys.iter().next().unwrap();
+    assert_eq!(deploy["jobs"], 2, "{}", out(&o));
+    assert_eq!(deploy["by_error"]["ledger unavailable"], 2, "{}", out(&o));
+    assert!(deploy["first_failed_at"].is_string(), "{}", out(&o));
     assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
 
     let o = stats(&wrong);

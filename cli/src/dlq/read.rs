@@ -59,6 +59,23 @@ impl Ctx {
         for (e, n) in stats.errors_by_count() {
             println!("  {n:>6}  {}", one_line(e, 100));
         }
+        // Which deploy failed them, in the order the deploys began to:
+        // one error under every deploy reads as a downstream's outage,
+        // every error under one new deploy as a bug it shipped.
+        println!("by deploy (in the order they began to fail):");
+        for (d, f) in stats.deploys_by_first_failure() {
+            let since = f.first_failed_at.map_or("-".into(), |t| {
+                humantime::format_rfc3339_seconds(t).to_string()
+            });
+            println!(
+                "  {:>6}  {}  (first failed {since})",
+                f.jobs,
+                one_line(d, 60)
+            );
+            for (e, n) in &f.by_error {
+                println!("  {:>14}  {}", n, one_line(e, 92));
+            }
+        }
         println!(
             "read: {} messages, {} jobs ({} duplicate copies)",
             stats.read, stats.jobs, stats.copies

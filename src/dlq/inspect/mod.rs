@@ -24,7 +24,9 @@ use crate::store::dynamodb::FailureTable;
 mod tests;
 mod views;
 
-pub use views::{NoFailureRecords, RecordsPlace, Row, Stats, find_letter, one_line};
+pub use views::{
+    DeployFailures, NoFailureRecords, RecordsPlace, Row, Stats, find_letter, one_line,
+};
 
 /// Why a DLQ could not be opened.
 #[derive(Debug, thiserror::Error)]

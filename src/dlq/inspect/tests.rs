@@ -76,3 +76,78 @@ fn aws_failures_are_not_usage_errors() {
     assert!(!throttled.is_usage());
     assert!(throttled.to_string().contains("ThrottlingException"));
 }
+
+/// A letter of job `job` that deploy `deploy` (idemq 0.1.0) failed with
+/// `error`, `secs` after the epoch.
+fn failed(job: &str, deploy: Option<&str>, error: &str, secs: u64) -> (DeadMessage, Context) {
+    let m = DeadMessage {
+        message_id: format!("m-{job}"),
+        receipt_handle: format!("rh-{job}"),
+        body: format!("{{\"job\":\"{job}\"}}"),
+        attributes: Default::default(),
+        system: Default::default(),
+    };
+    let c = Context {
+        job_id: Some(job.into()),
+        message_id: m.message_id.clone(),
+        attempts: Some(5),
+        last_error: Some(error.into()),
+        error_chain: Vec::new(),
+        failed_at: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)),
+        source_queue: Some("orders".into()),
+        deploy: deploy.map(Into::into),
+        idemq_version: deploy.map(|_| "0.1.0".into()),
+        backtrace: None,
+        payload_bytes: m.body.len(),
+        failure_record: true,
+    };
+    (m, c)
+}
+
+/// A downstream's outage fails jobs under both deploys with one error; a
+/// bug the second deploy shipped fails jobs under it alone, with its own
+/// error. The stats tell the two apart: by deploy, in the order the
+/// deploys began to fail, each with its errors.
+#[test]
+fn stats_count_each_deploys_failures_by_error_in_the_order_they_began() {
+    let items = vec![
+        failed("a", Some("7"), "ledger unavailable", 100),
+        failed("b", Some("8"), "ledger unavailable", 300),
+        failed("c", Some("8"), "amount overflow", 200),
+        failed("d", Some("7"), "ledger unavailable", 50),
+        failed("e", None, "(old consumer)", 10),
+    ];
+    let stats = Stats::of(
+        "orders-dlq",
+        crate::dlq::peek::Depth {
+            visible: 5,
+            in_flight: 0,
+            delayed: 0,
+        },
+        Scanned { items, unseen: 0 },
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000),
+    );
+    let order: Vec<&str> = stats
+        .deploys_by_first_failure()
+        .iter()
+        .map(|(d, _)| *d)
+        .collect();
+    assert_eq!(order, ["(unknown)", "7, idemq 0.1.0", "8, idemq 0.1.0"]);
+    let seven = &stats.by_deploy["7, idemq 0.1.0"];
+    assert_eq!(seven.jobs, 2);
+    assert_eq!(
+        seven.first_failed_at,
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(50))
+    );
+    assert_eq!(seven.by_error.len(), 1);
+    let eight = &stats.by_deploy["8, idemq 0.1.0"];
+    assert_eq!(eight.jobs, 2);
+    assert_eq!(eight.by_error["amount overflow"], 1);
+    assert_eq!(eight.by_error["ledger unavailable"], 1);
+    let json = serde_json::to_value(&stats).unwrap();
+    assert_eq!(
+        json["deploys"]["8, idemq 0.1.0"]["first_failed_at"],
+        "1970-01-01T00:03:20Z"
+    );
+    assert_eq!(json["by_error"]["ledger unavailable"], 3);
+}

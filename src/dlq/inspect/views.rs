@@ -27,6 +27,14 @@ pub struct Stats {
     /// Jobs by source queue (`(unknown)`: none known).
     #[serde(rename = "source_queues")]
     pub by_source: BTreeMap<String, usize>,
+    /// Jobs by the deploy that failed them (the function version or the
+    /// name `IDEMQ_DEPLOY` gives, and the idemq version, as
+    /// `idemq-deploy` writes them; `(unknown)`: neither recorded), each
+    /// with its errors and its first failure. One cause across deploys
+    /// reads as a downstream's outage; one new deploy across causes, as
+    /// a bug it shipped.
+    #[serde(rename = "deploys")]
+    pub by_deploy: BTreeMap<String, DeployFailures>,
     /// Messages read.
     pub read: usize,
     /// Jobs among them: a crash's second copy is not a second failure.
@@ -35,6 +43,32 @@ pub struct Stats {
     pub copies: usize,
     /// About how many letters could not be read.
     pub unseen: u64,
+}
+
+/// The dead letters one deploy failed ([`Stats::by_deploy`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeployFailures {
+    /// Jobs it failed.
+    pub jobs: usize,
+    /// The earliest of their failures (RFC 3339, to the second): about
+    /// when this deploy began to dead-letter.
+    #[serde(serialize_with = "rfc3339_seconds")]
+    pub first_failed_at: Option<SystemTime>,
+    /// Those jobs by their last error.
+    pub by_error: BTreeMap<String, usize>,
+}
+
+/// How [`Stats::by_deploy`] names a letter's deploy.
+fn deploy_label(c: &Context) -> String {
+    let value = crate::dead_letter::deploy_value(
+        c.deploy.as_deref().unwrap_or(""),
+        c.idemq_version.as_deref().unwrap_or(""),
+    );
+    if value.is_empty() {
+        "(unknown)".into()
+    } else {
+        value
+    }
 }
 
 fn whole_seconds<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -53,11 +87,19 @@ impl Stats {
         let letters = letters(read.items);
         let mut by_error: BTreeMap<String, usize> = BTreeMap::new();
         let mut by_source: BTreeMap<String, usize> = BTreeMap::new();
+        let mut by_deploy: BTreeMap<String, DeployFailures> = BTreeMap::new();
         for Letter { context: c, .. } in &letters {
             let error = c
                 .last_error
                 .clone()
                 .unwrap_or_else(|| "(no context)".into());
+            let deploy = by_deploy.entry(deploy_label(c)).or_default();
+            deploy.jobs += 1;
+            *deploy.by_error.entry(error.clone()).or_default() += 1;
+            deploy.first_failed_at = match (deploy.first_failed_at, c.failed_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             *by_error.entry(error).or_default() += 1;
             *by_source
                 .entry(c.source_queue.clone().unwrap_or_else(|| "(unknown)".into()))
@@ -72,6 +114,7 @@ impl Stats {
             oldest_age,
             by_error,
             by_source,
+            by_deploy,
             read: count,
             jobs: letters.len(),
             copies: count - letters.len(),
@@ -88,6 +131,18 @@ impl Stats {
             .collect();
         errors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         errors
+    }
+
+    /// [`Self::by_deploy`] in the order the deploys began to fail (those
+    /// with no failure time last, then by name).
+    pub fn deploys_by_first_failure(&self) -> Vec<(&str, &DeployFailures)> {
+        let mut deploys: Vec<(&str, &DeployFailures)> = self
+            .by_deploy
+            .iter()
+            .map(|(d, f)| (d.as_str(), f))
+            .collect();
+        deploys.sort_by_key(|(d, f)| (f.first_failed_at.is_none(), f.first_failed_at, *d));
+        deploys
     }
 }
 
