@@ -72,7 +72,7 @@ impl Ctx {
                 f.jobs,
                 one_line(d, 60)
             );
-            for (e, n) in &f.by_error {
+            for (e, n) in f.errors_by_count() {
                 println!("  {:>14}  {}", n, one_line(e, 92));
             }
         }

@@ -144,6 +144,11 @@ fn stats_count_each_deploys_failures_by_error_in_the_order_they_began() {
     assert_eq!(eight.jobs, 2);
     assert_eq!(eight.by_error["amount overflow"], 1);
     assert_eq!(eight.by_error["ledger unavailable"], 1);
+    assert_eq!(
+        eight.errors_by_count(),
+        [("amount overflow", 1), ("ledger unavailable", 1)],
+        "ordered as the DLQ's errors are"
+    );
     let json = serde_json::to_value(&stats).unwrap();
     assert_eq!(
         json["deploys"]["8, idemq 0.1.0"]["first_failed_at"],

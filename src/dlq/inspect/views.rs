@@ -58,6 +58,21 @@ pub struct DeployFailures {
     pub by_error: BTreeMap<String, usize>,
 }
 
+impl DeployFailures {
+    /// [`Self::by_error`], most frequent first (ties by error), as
+    /// [`Stats::errors_by_count`].
+    pub fn errors_by_count(&self) -> Vec<(&str, usize)> {
+        most_frequent_first(&self.by_error)
+    }
+}
+
+/// Counts by error, most frequent first (ties by error).
+fn most_frequent_first(by_error: &BTreeMap<String, usize>) -> Vec<(&str, usize)> {
+    let mut errors: Vec<(&str, usize)> = by_error.iter().map(|(e, n)| (e.as_str(), *n)).collect();
+    errors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    errors
+}
+
 /// How [`Stats::by_deploy`] names a letter's deploy.
 fn deploy_label(c: &Context) -> String {
     let value = crate::dead_letter::deploy_value(
@@ -96,10 +111,7 @@ impl Stats {
             let deploy = by_deploy.entry(deploy_label(c)).or_default();
             deploy.jobs += 1;
             *deploy.by_error.entry(error.clone()).or_default() += 1;
-            deploy.first_failed_at = match (deploy.first_failed_at, c.failed_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            deploy.first_failed_at = deploy.first_failed_at.into_iter().chain(c.failed_at).min();
             *by_error.entry(error).or_default() += 1;
             *by_source
                 .entry(c.source_queue.clone().unwrap_or_else(|| "(unknown)".into()))
@@ -124,13 +136,7 @@ impl Stats {
 
     /// [`Self::by_error`], most frequent first (ties by error).
     pub fn errors_by_count(&self) -> Vec<(&str, usize)> {
-        let mut errors: Vec<(&str, usize)> = self
-            .by_error
-            .iter()
-            .map(|(e, n)| (e.as_str(), *n))
-            .collect();
-        errors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        errors
+        most_frequent_first(&self.by_error)
     }
 
     /// [`Self::by_deploy`] in the order the deploys began to fail (those
