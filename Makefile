@@ -12,7 +12,7 @@ WITH_STACK := set -a && . .state/stack.env && set +a &&
 help:
 	@echo "make demo        run idemq on the local AWS stack and show what it did (cold: ~3 min; STORE=postgres: the orders example on PostgreSQL)"
 	@echo "make test        all tests (starts and stops the local stack)"
-	@echo "make artifacts   build each shipped artifact as its user does (library feature sets, functions, cargo install, cargo package)"
+	@echo "make artifacts   build each shipped artifact as its user does (library feature sets, functions, cargo package and its idemq binary)"
 	@echo "make test-chaos  the chaos suite at full size (kills, zombies, throttling, lost responses)"
 	@echo "make test-console  idemq console in headless Chromium on the ledger's dead letters (part of make test; needs its build)"
 	@echo "make screenshots   the same, saving a PNG of each console page into docs/console/ (1280x900)"

@@ -19,17 +19,14 @@
 #             both must also compile no CLI, progress-bar, failpoint, regex,
 #             SNS or PostgreSQL crate;
 #   package   the `.crate` files of the library and of the CLI (idemq-cli),
-#             unpacked and built by `cargo package`, and the `idemq`
-#             operator binary installed by `cargo install --locked` of the
-#             CLI's package, as a user installs it, and run.
+#             unpacked and built by `cargo package` as `cargo install
+#             idemq-cli` builds them, and the `idemq` operator binary of
+#             that build run.
 #
 # Builds share target/ with `make test`; a dependency compiled with the
 # same features and profile is reused, so what this adds is mostly idemq's
 # own crate once per feature set, and the dependencies whose features the
 # dev-dependencies change (tokio's `test-util` reaches most of the tree).
-# `cargo install` builds with `--debug` here: the release profile resolves
-# the same features (what this checks) and would compile the whole tree a
-# second time with fat LTO.
 #
 # A failure names the artifact and its feature set.
 #
@@ -141,13 +138,17 @@ functions() {
 # (less the unpublished demo package, which `make demo` builds on its own)
 # packs the library (idemq) and the operator CLI (idemq-cli) and verifies
 # each by building its unpacked copy (lib and bins, default features, no
-# dev-dependencies) in target/package, the CLI against the packed library
-# (through a temporary local registry, as it will build against the
-# published one). The `idemq` command is then installed as `cargo install
-# idemq-cli` builds it (its own features, no dev-dependencies, the locked
-# versions) from cli/: the unpacked copy names idemq by version only, and
-# `cargo install` of it would look for idemq in the registry, where this
-# version is not yet.
+# dev-dependencies, the packed Cargo.lock with --locked) in target/package,
+# the CLI against the packed library (through a temporary local registry,
+# as it will build against the published one). That is the build `cargo
+# install --locked idemq-cli` makes from the registry: the same features
+# and versions (https://doc.rust-lang.org/cargo/commands/cargo-install.html
+# uses the package's own lock with --locked), only in the release profile,
+# which resolves features alike. So the `idemq` binary of that build
+# (Cargo leaves it in target/debug/idemq, like any build of that bin) is
+# the one run; a `cargo install` of cli/ as well would compile the CLI's
+# whole dependency tree a second time, in the workspace's profile (about
+# six minutes of a cold run).
 package_and_binary() {
     # The CLI is verified against the library packed a moment ago, served
     # by a temporary local registry under the same name and version every
@@ -165,17 +166,23 @@ package_and_binary() {
         hash=${hash%.d}
         rm -rf "target/debug/.fingerprint/idemq-$hash" target/debug/deps/*idemq-"$hash".*
     done
+    # The binary run must be the one this verification linked, not an
+    # older build's: newer than this mark, and its dep-info naming the
+    # unpacked copy's sources.
+    local mark
+    mark=$(mktemp)
     run "packages (cargo package)" "default" \
         cargo package --quiet --locked --allow-dirty --workspace --exclude idemq-demo
-    local root
-    root=$(mktemp -d)
-    run "idemq (cargo install idemq-cli)" "default" \
-        cargo install --quiet --locked --debug --path cli --root "$root" --target-dir target
-    if [ -x "$root/bin/idemq" ]; then
-        run "idemq (cargo install idemq-cli)" "idemq --help runs" \
-            bash -c '"$1" --help >/dev/null' _ "$root/bin/idemq"
+    local bin=target/debug/idemq
+    if [ "$bin" -nt "$mark" ] && grep -q "target/package/idemq-cli-" "$bin.d" 2>/dev/null; then
+        run "idemq (as cargo install idemq-cli builds it)" "idemq --help runs" \
+            bash -c '"$1" --help >/dev/null' _ "$bin"
+    else
+        printf 'FAILED %-28s %-40s\n' "idemq (as cargo install idemq-cli builds it)" \
+            "cargo package left no new $bin" >&2
+        failed+=("idemq (cargo package's build of idemq-cli), its binary: none new in $bin")
     fi
-    rm -rf "$root"
+    rm -f "$mark"
 }
 
 parts=("${@:-library functions package}")

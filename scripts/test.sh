@@ -67,7 +67,8 @@ done
 section "every shipped artifact, built as its user builds it (no dev-dependencies)"
 # The library under each feature combination, a Lambda-only function
 # outside the package and the bootstrap the SAM template deploys, the
-# idemq binary as `cargo install` builds it, and the packaged crate:
+# packaged crates, built as `cargo install` builds them, and their idemq
+# binary run:
 # `cargo test` below unifies the dev-dependencies' features into all of
 # them and cannot see a feature one of them forgot (scripts/artifacts.sh).
 scripts/artifacts.sh
