@@ -129,15 +129,20 @@ class Ledger:
             if sent.get("Failed"):
                 raise AssertionError(f"SendMessageBatch refused entries: {sent['Failed']}")
 
-    def run_worker(self, res: Resources, fail_accounts: str | None, timeout: float) -> str:
+    def run_worker(self, res: Resources, fail_accounts: str | None, timeout: float,
+                   deploy: str | None = None) -> str:
         """The ledger example as a local worker until 6 s without messages.
-        Short backoff (1-2 s) so the outage's retries take seconds.
+        Short backoff (1-2 s) so the outage's retries take seconds. `deploy`
+        names the deploy its failures record (IDEMQ_DEPLOY), else none.
         Returns the worker's summary line."""
         env = dict(os.environ, IDEMQ_TABLE=res.table, IDEMQ_BACKOFF_BASE="1s",
                    IDEMQ_BACKOFF_CAP="2s", IDEMQ_LOG="error")
-        env.pop("LEDGER_FAIL_ACCOUNTS", None)
+        for name in ("LEDGER_FAIL_ACCOUNTS", "IDEMQ_DEPLOY"):
+            env.pop(name, None)
         if fail_accounts:
             env["LEDGER_FAIL_ACCOUNTS"] = fail_accounts
+        if deploy:
+            env["IDEMQ_DEPLOY"] = deploy
         n = len(self.workers) + 1
         # --emf: its metrics as EMF lines on stdout (the log), which the test
         # turns into CloudWatch metrics (emf.py).

@@ -593,7 +593,93 @@ class Scenario:
             check("amount" in b.text('#context dd[data-field="error"]'),
                   f"{bad[0]}'s error {b.text('#context dd[data-field=error]')!r} is not the ledger's")
 
+        with self.step("was it us", "deploy v1 in an outage, then v2 with a bug as it lasts: "
+                                    "the overview by cause and by deploy tells them apart"):
+            self.deploys(run)
+
         self.stop_console()
+
+    def deploys(self, run: str) -> None:
+        """A third consumer lives through two stories at once: `acct-outage`'s
+        downstream is down under deploy v1 and stays down under v2 (one
+        cause across deploys), and v2 ships a bug, a panic on `acct-new`
+        (one new deploy, a new cause). The overview's tables must tell
+        them apart, as must /api/overview."""
+        b = self.browser
+        third = self.ledger.init(f"{run}-d", table=self.res.table)
+        third.run = f"{run}-d"
+        v1, v2 = "ledger-v1", "ledger-v2"
+
+        def send(ids: list[str], account: str) -> None:
+            self.ledger.send(third.queue_url, [
+                (j, json.dumps({"transfer_id": j, "account": account, "amount": 5})) for j in ids])
+
+        send([f"{run}-d-1", f"{run}-d-2"], OUTAGE)
+        self.ledger.run_worker(third, OUTAGE, timeout=90, deploy=v1)
+        self.ledger.wait_depth(third.dlq_url, 2, 15, "the third consumer's DLQ after v1")
+        send([f"{run}-d-3"], OUTAGE)
+        send([f"{run}-d-4", f"{run}-d-5"], "acct-new")
+        self.ledger.run_worker(third, f"{OUTAGE},panic:acct-new", timeout=90, deploy=v2)
+        self.ledger.wait_depth(third.dlq_url, 5, 15, "the third consumer's DLQ after v2")
+
+        f = self.logs / f"console-test-{third.run}.env"
+        f.write_text(f"IDEMQ_DLQ_URL={third.dlq_url}\nIDEMQ_TABLE={third.table}\n")
+        self.start_console(consumers=["--env-file", str(f)])
+        self.login()
+        section = b.one(f'section.consumer[data-consumer="{third.run}"]')
+
+        def rows(key: str) -> list[dict]:
+            table = b.one(f'table.trends[data-trend="{key}"]', section)
+            return [{name: r.get_attribute(f"data-{name}") or "" for name in
+                     (key, "letters", "deploys", "causes", "values", "first-hour")}
+                    for r in table.find_elements("css selector", "tr.trend")]
+
+        label = {d: f"{d}, idemq " for d in (v1, v2)}
+        causes = rows("cause")
+        outage = [r for r in causes if "downstream outage" in r["cause"]]
+        bug = [r for r in causes if "no ledger rule" in r["cause"]]
+        check(len(outage) == 1 and len(bug) == 1 and len(causes) == 2,
+              f"the causes are not one outage and one bug: {causes}")
+        outage, bug = outage[0], bug[0]
+        equal(int(outage["letters"]), 3, "letters of the outage's cause")
+        equal([d.split(" idemq ")[0] for d in outage["deploys"].split("\n")], [f"{v1},", f"{v2},"],
+              "the outage's deploys, in the order they first failed")
+        equal(int(bug["letters"]), 2, "letters of the bug's cause")
+        check(bug["deploys"].startswith(label[v2]) and "\n" not in bug["deploys"],
+              f"the bug's deploys are {bug['deploys']!r}, not {v2} alone")
+        equal(sum(int(v) for v in outage["values"].split(",")), 3, "the outage's letters in the last 24 h")
+
+        deploys = rows("deploy")
+        equal([r["deploy"].split(",")[0] for r in deploys], [v1, v2], "deploys, in the order they began to fail")
+        first, second = deploys
+        equal(first["causes"].count("\n"), 0, f"{v1}'s causes (the outage only): {first['causes']!r}")
+        check("downstream outage" in first["causes"], f"{v1}'s cause is {first['causes']!r}")
+        # In the order they first failed: v2's panics may fail before its
+        # outage's transfer does, so both orders are right.
+        causes_v2 = second["causes"].split("\n")
+        check(len(causes_v2) == 2 and any("downstream outage" in c for c in causes_v2)
+              and any("no ledger rule" in c for c in causes_v2),
+              f"{v2}'s causes are not the outage and the bug: {causes_v2}")
+        for r in deploys:
+            # Each deploy's first letter marked in its strip: this hour.
+            equal(r["first-hour"], "23", f"{r['deploy']}'s first-hour")
+            row = b.one(f'tr.trend[data-deploy="{r["deploy"]}"]', section)
+            b.one("svg.strip rect.bar.first", row)
+            check(re.fullmatch(r"▲ \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", b.text("td.first-failed", row)) is not None,
+                  f"{r['deploy']}'s first failure reads {b.text('td.first-failed', row)!r}")
+
+        api = b.fetch("GET", "/api/overview")
+        consumer = next(c for c in json.loads(api["text"])["consumers"] if c["name"] == third.run)
+        equal([(c["cause"], c["letters"], c["deploys"]) for c in consumer["dead_by_cause"]],
+              [(r["cause"], int(r["letters"]), r["deploys"].split("\n")) for r in causes],
+              "/api/overview dead_by_cause (the page's table)")
+        by_deploy = consumer["dead_by_deploy"]
+        equal([(d["deploy"], d["letters"], d["causes"]) for d in by_deploy],
+              [(r["deploy"], int(r["letters"]), r["causes"].split("\n")) for r in deploys],
+              "/api/overview dead_by_deploy (the page's table)")
+        check(by_deploy[0]["first_failed_at"] < by_deploy[1]["first_failed_at"],
+              f"{v1} did not fail before {v2}: {by_deploy}")
+        self.shot("overview-deploys")
 
     def save_failure(self) -> None:
         if not self.browser:

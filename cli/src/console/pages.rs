@@ -19,7 +19,7 @@ use idemq::failure::FailureRecord;
 use super::App;
 use super::actions::{Action, Brief, Preview, Record, State, Task};
 use super::metrics::{Activity, HOURS};
-use super::snapshot::{Consumer, Letter, SEARCH_FIELDS, Search, Snapshot};
+use super::snapshot::{Consumer, Letter, SEARCH_FIELDS, Search, Snapshot, Trend};
 
 /// Letters shown on a page at most; the count says how many match.
 const MAX_ROWS: usize = 500;
@@ -44,6 +44,8 @@ button{padding:5px 12px;border:1px solid #9aa3b2;border-radius:4px;background:#f
 button:disabled{color:#9aa3b2;cursor:not-allowed}button.danger{border-color:#c4463a;color:#c4463a}
 .error{color:#c4463a}.note{color:#5b6475}pre{background:#fff;border:1px solid #e3e6eb;padding:8px;overflow:auto}
 #changes{color:#5b6475;margin-bottom:12px}
+table.trends td.hours{width:1%;white-space:nowrap}svg.strip rect.bar{fill:#c4463a}svg.strip rect.first{fill:#1d5fbf}
+svg.strip line{stroke:#9aa3b2}span.first{color:#1d5fbf;font-weight:600}
 ";
 
 pub(crate) fn esc(s: &str) -> String {
@@ -204,6 +206,132 @@ fn chart(name: &str, label: &str, per_hour: &[u64]) -> String {
     svg
 }
 
+/// One trend's hours as a strip of small bars (oldest first), the hour of
+/// its first letter drawn apart when `mark_first`.
+fn strip(t: &Trend, mark_first: bool) -> String {
+    let max = t.per_hour.iter().copied().max().unwrap_or(0).max(1);
+    let (bar, h) = (6, 18);
+    let w = t.per_hour.len() * bar;
+    let mut svg = format!(
+        "<svg class=\"strip\" width=\"{w}\" height=\"{}\" role=\"img\" \
+         aria-label=\"per hour, last {} hours\">",
+        h + 1,
+        t.per_hour.len()
+    );
+    for (i, n) in t.per_hour.iter().enumerate() {
+        let height = (*n as usize * h).div_ceil(max as usize);
+        let first = mark_first && t.first_hour == Some(i);
+        let _ = write!(
+            svg,
+            "<rect class=\"bar{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{height}\">\
+             <title>{n} in the hour {} h ago{}</title></rect>",
+            if first { " first" } else { "" },
+            i * bar,
+            h - height,
+            bar - 1,
+            t.per_hour.len() - i,
+            if first { ": its first" } else { "" }
+        );
+    }
+    let _ = write!(
+        svg,
+        "<line x1=\"0\" y1=\"{h}\" x2=\"{w}\" y2=\"{h}\"/></svg>"
+    );
+    svg
+}
+
+/// The overview's dead letters by cause and by deploy over the last hours:
+/// one cause across deploys is a downstream's outage riding out backoff,
+/// one new deploy across causes a bug it shipped. Each deploy's first
+/// letter is marked in its strip and dated.
+fn trends_part(s: &Snapshot, now: SystemTime) -> String {
+    let mut out = String::new();
+    if s.letters.is_empty() {
+        return out;
+    }
+    for (title, key, others, trends) in [
+        (
+            "Dead letters by cause",
+            "cause",
+            "deploys",
+            s.by_cause(HOURS, now),
+        ),
+        (
+            "Dead letters by deploy, in the order they began to fail",
+            "deploy",
+            "causes",
+            s.by_deploy(HOURS, now),
+        ),
+    ] {
+        let deploys = key == "deploy";
+        let _ = write!(
+            out,
+            "<h3>{title}</h3><table class=\"trends\" data-trend=\"{key}\"><thead><tr>\
+             <th>{key}</th><th>letters</th>{}<th>{others}</th><th>last {HOURS} h</th></tr></thead><tbody>",
+            if deploys { "<th>first failed</th>" } else { "" }
+        );
+        for t in &trends {
+            let _ = write!(
+                out,
+                "<tr class=\"trend\" data-{key}=\"{}\" data-letters=\"{}\" data-{others}=\"{}\" \
+                 data-values=\"{}\"{}><td class=\"label\">{}</td><td class=\"count\">{}</td>",
+                esc(&t.label),
+                t.letters,
+                esc(&t.others.join("\n")),
+                t.per_hour
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                t.first_hour
+                    .filter(|_| deploys)
+                    .map_or_else(String::new, |i| format!(" data-first-hour=\"{i}\"")),
+                esc(&t.label),
+                t.letters
+            );
+            if deploys {
+                let _ = write!(
+                    out,
+                    "<td class=\"first-failed\"><span class=\"first\">▲</span> {}</td>",
+                    time(t.first)
+                );
+            }
+            let _ = write!(
+                out,
+                "<td class=\"others\">{}</td><td class=\"hours\">{}</td></tr>",
+                esc(&t.others.join(", ")),
+                strip(t, deploys)
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    out.push_str(
+        "<p class=\"note\">A cause is a letter's last error with its numbers, ids and quoted \
+         text masked; a deploy is the function version (or <code>IDEMQ_DEPLOY</code>) and the \
+         idemq version that failed it, as <code>idemq dlq stats</code> counts them. \
+         <span class=\"first\">▲</span> marks the hour of a deploy's first dead letter.</p>",
+    );
+    out
+}
+
+/// `trends` as `/api/overview` gives them: `key` and `others` name the
+/// trend's label and its other values.
+fn trends_value(trends: &[Trend], key: &str, others: &str) -> serde_json::Value {
+    trends
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                key: t.label,
+                "letters": t.letters,
+                others: t.others,
+                "per_hour": t.per_hour,
+                "first_failed_at": t.first.map(|t| time(Some(t))),
+                "first_hour": t.first_hour,
+            })
+        })
+        .collect()
+}
+
 /// The retries chart and where its numbers come from, or why there are
 /// none.
 fn cloudwatch_part(activity: Result<&Activity, &String>) -> String {
@@ -270,6 +398,8 @@ pub(crate) fn overview_value(
             "oldest_age_secs": s.oldest().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs()),
         },
         "dead_per_hour": s.per_hour(HOURS, now),
+        "dead_by_cause": trends_value(&s.by_cause(HOURS, now), "cause", "deploys"),
+        "dead_by_deploy": trends_value(&s.by_deploy(HOURS, now), "deploy", "causes"),
         "read_at": time(Some(s.read_at)),
         "cloudwatch": cloudwatch,
     })
@@ -386,6 +516,7 @@ pub(crate) fn overview(app: &App, views: &[ConsumerView<'_>]) -> Response {
                     "Dead letters per hour",
                     &per_hour,
                 ));
+                body.push_str(&trends_part(s, now));
                 body.push_str(&cloudwatch_part(activity.as_ref().as_ref()));
                 let _ = write!(
                     body,

@@ -243,17 +243,79 @@ impl Snapshot {
 
     /// Letters that died in each of the last `hours` hours, oldest first.
     pub fn per_hour(&self, hours: usize, now: SystemTime) -> Vec<u64> {
-        let mut buckets = vec![0; hours];
+        per_hour(self.letters.iter(), hours, now)
+    }
+
+    /// The letters by cause over the last `hours` hours, the most letters
+    /// first: one cause under several deploys reads as a downstream's
+    /// outage riding across them.
+    pub fn by_cause(&self, hours: usize, now: SystemTime) -> Vec<Trend> {
+        let mut trends = self.trends(
+            |l| l.cause.clone(),
+            |l| l.context.deploy_label(),
+            hours,
+            now,
+        );
+        trends.sort_by(|a, b| b.letters.cmp(&a.letters).then(a.first.cmp(&b.first)));
+        trends
+    }
+
+    /// The letters by the deploy that failed them over the last `hours`
+    /// hours, in the order the deploys began to fail, each with the hour
+    /// of its first failure: one new deploy under several causes reads as
+    /// a bug it shipped.
+    pub fn by_deploy(&self, hours: usize, now: SystemTime) -> Vec<Trend> {
+        let mut trends = self.trends(
+            |l| l.context.deploy_label(),
+            |l| l.cause.clone(),
+            hours,
+            now,
+        );
+        trends.sort_by(|a, b| {
+            (a.first.is_none(), a.first, &a.label).cmp(&(b.first.is_none(), b.first, &b.label))
+        });
+        trends
+    }
+
+    /// The letters by `key`, each trend naming the `other` values its
+    /// letters have, in the order they first failed.
+    fn trends(
+        &self,
+        key: impl Fn(&Letter) -> String,
+        other: impl Fn(&Letter) -> String,
+        hours: usize,
+        now: SystemTime,
+    ) -> Vec<Trend> {
+        let mut by_key: Vec<(String, Vec<&Letter>)> = Vec::new();
         for l in &self.letters {
-            let Some(ago) = l.died_at().and_then(|t| now.duration_since(t).ok()) else {
-                continue;
-            };
-            let hour = (ago.as_secs() / 3600) as usize;
-            if hour < hours {
-                buckets[hours - 1 - hour] += 1;
+            let k = key(l);
+            match by_key.iter_mut().find(|(label, _)| *label == k) {
+                Some((_, letters)) => letters.push(l),
+                None => by_key.push((k, vec![l])),
             }
         }
-        buckets
+        by_key
+            .into_iter()
+            .map(|(label, mut letters)| {
+                letters.sort_by_key(|l| (l.died_at().is_none(), l.died_at()));
+                let mut others: Vec<String> = Vec::new();
+                for l in &letters {
+                    let o = other(l);
+                    if !others.contains(&o) {
+                        others.push(o);
+                    }
+                }
+                let first = letters.iter().find_map(|l| l.died_at());
+                Trend {
+                    label,
+                    letters: letters.len(),
+                    per_hour: per_hour(letters.iter().copied(), hours, now),
+                    first,
+                    first_hour: first.and_then(|t| hour_index(t, hours, now)),
+                    others,
+                }
+            })
+            .collect()
     }
 
     /// When the oldest letter entered the DLQ.
@@ -275,6 +337,48 @@ impl Snapshot {
                     .find(|l| l.context.job_id.as_deref() == Some(id))
             })
     }
+}
+
+/// Dead letters of one cause or of one deploy ([`Snapshot::by_cause`],
+/// [`Snapshot::by_deploy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Trend {
+    /// The cause, or the deploy as `idemq dlq stats` names it.
+    pub label: String,
+    /// Its letters in the snapshot.
+    pub letters: usize,
+    /// Those that died in each of the last hours, oldest first.
+    pub per_hour: Vec<u64>,
+    /// When the first of them died.
+    pub first: Option<SystemTime>,
+    /// The index in `per_hour` of the hour `first` falls in, if within it.
+    pub first_hour: Option<usize>,
+    /// For a cause, the deploys its letters name; for a deploy, the causes
+    /// of its letters: in the order they first failed.
+    pub others: Vec<String>,
+}
+
+/// The index among the last `hours` hours (oldest first) of the hour `t`
+/// falls in, `None` outside them.
+fn hour_index(t: SystemTime, hours: usize, now: SystemTime) -> Option<usize> {
+    let ago = now.duration_since(t).ok()?;
+    let hour = (ago.as_secs() / 3600) as usize;
+    (hour < hours).then(|| hours - 1 - hour)
+}
+
+/// `letters` that died in each of the last `hours` hours, oldest first.
+fn per_hour<'a>(
+    letters: impl Iterator<Item = &'a Letter>,
+    hours: usize,
+    now: SystemTime,
+) -> Vec<u64> {
+    let mut buckets = vec![0; hours];
+    for l in letters {
+        if let Some(i) = l.died_at().and_then(|t| hour_index(t, hours, now)) {
+            buckets[i] += 1;
+        }
+    }
+    buckets
 }
 
 fn min_time(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
@@ -528,6 +632,119 @@ mod tests {
             "amount must be positive"
         );
         assert_eq!(normalise("unterminated 'quote"), "unterminated '…");
+    }
+
+    /// A letter that died `mins_ago` minutes before `now`, of `error`,
+    /// under `deploy`.
+    fn letter(id: &str, error: &str, deploy: &str, now: SystemTime, mins_ago: u64) -> Letter {
+        let message = DeadMessage {
+            message_id: id.into(),
+            receipt_handle: format!("rh-{id}"),
+            body: "{}".into(),
+            attributes: Default::default(),
+            system: Default::default(),
+        };
+        let context = Context {
+            job_id: Some(id.into()),
+            message_id: id.into(),
+            attempts: Some(5),
+            last_error: Some(error.into()),
+            error_chain: Vec::new(),
+            failed_at: Some(now - Duration::from_secs(60 * mins_ago)),
+            source_queue: Some("ledger".into()),
+            deploy: Some(deploy.into()),
+            idemq_version: Some("0.1.0".into()),
+            backtrace: None,
+            payload_bytes: 2,
+            failure_record: true,
+        };
+        Letter::of(message, context)
+    }
+
+    /// The two stories the overview tells apart: a downstream outage that
+    /// rides across two deploys (one cause, both deploys), and a bug only
+    /// the newer deploy has (one deploy, a second cause), each deploy's
+    /// first letter in its own hour.
+    #[test]
+    fn letters_by_cause_and_by_deploy_tell_an_outage_from_a_new_deploys_bug() {
+        let now = SystemTime::now();
+        let letters = vec![
+            letter("a", "downstream outage for account acct-7", "v1", now, 200),
+            letter("b", "downstream outage for account acct-9", "v1", now, 190),
+            letter("c", "downstream outage for account acct-7", "v2", now, 30),
+            letter("d", "no ledger rule for account acct-3", "v2", now, 20),
+            letter("e", "no ledger rule for account acct-4", "v2", now, 10),
+            letter("f", "downstream outage for account acct-9", "v2", now, 5),
+            // Older than the last 24 hours: counted, not in any hour.
+            letter(
+                "g",
+                "downstream outage for account acct-1",
+                "v0",
+                now,
+                60 * 30,
+            ),
+        ];
+        let snapshot = Snapshot {
+            read_at: now,
+            letters,
+            unseen: 0,
+            dlq: Depth {
+                visible: 7,
+                in_flight: 0,
+                delayed: 0,
+            },
+            source: None,
+        };
+        let v = |d: &str| format!("{d}, idemq 0.1.0");
+
+        let causes = snapshot.by_cause(24, now);
+        let summary: Vec<(&str, usize, Vec<String>)> = causes
+            .iter()
+            .map(|t| (t.label.as_str(), t.letters, t.others.clone()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (
+                    "downstream outage for account acct-N",
+                    5,
+                    vec![v("v0"), v("v1"), v("v2")]
+                ),
+                ("no ledger rule for account acct-N", 2, vec![v("v2")]),
+            ]
+        );
+        let mut outage = vec![0; 24];
+        outage[20] = 2; // 200 and 190 minutes ago: the hour 3 h ago.
+        outage[23] = 2; // 30 and 5 minutes ago.
+        assert_eq!(causes[0].per_hour, outage);
+        assert_eq!(causes[0].first, snapshot.letters[6].died_at());
+        assert_eq!(
+            causes[0].first_hour, None,
+            "the first letter is older than 24 h"
+        );
+
+        let deploys = snapshot.by_deploy(24, now);
+        let order: Vec<&str> = deploys.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(
+            order,
+            [v("v0"), v("v1"), v("v2")],
+            "in the order they began to fail"
+        );
+        let (v1, v2) = (&deploys[1], &deploys[2]);
+        assert_eq!(v1.others, ["downstream outage for account acct-N"]);
+        assert_eq!(v1.first_hour, Some(20));
+        assert_eq!(v1.per_hour.iter().sum::<u64>(), 2);
+        assert_eq!(
+            v2.others,
+            [
+                "downstream outage for account acct-N",
+                "no ledger rule for account acct-N"
+            ],
+            "the causes in the order they first failed"
+        );
+        assert_eq!((v2.letters, v2.first_hour), (4, Some(23)));
+        assert_eq!(v2.first, snapshot.letters[2].died_at());
+        assert_eq!(deploys[0].per_hour, vec![0; 24]);
     }
 
     #[test]

@@ -73,19 +73,6 @@ fn most_frequent_first(by_error: &BTreeMap<String, usize>) -> Vec<(&str, usize)>
     errors
 }
 
-/// How [`Stats::by_deploy`] names a letter's deploy.
-fn deploy_label(c: &Context) -> String {
-    let value = crate::dead_letter::deploy_value(
-        c.deploy.as_deref().unwrap_or(""),
-        c.idemq_version.as_deref().unwrap_or(""),
-    );
-    if value.is_empty() {
-        "(unknown)".into()
-    } else {
-        value
-    }
-}
-
 fn whole_seconds<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
         Some(d) => s.serialize_some(&d.as_secs()),
@@ -108,7 +95,7 @@ impl Stats {
                 .last_error
                 .clone()
                 .unwrap_or_else(|| "(no context)".into());
-            let deploy = by_deploy.entry(deploy_label(c)).or_default();
+            let deploy = by_deploy.entry(c.deploy_label()).or_default();
             deploy.jobs += 1;
             *deploy.by_error.entry(error.clone()).or_default() += 1;
             deploy.first_failed_at = deploy.first_failed_at.into_iter().chain(c.failed_at).min();

@@ -269,6 +269,21 @@ impl Context {
         }
     }
 
+    /// Which deploy failed it, as `idemq dlq stats` counts letters by
+    /// deploy: `7, idemq 0.1.0` (the `idemq-deploy` attribute's form),
+    /// `(unknown)` where neither is known.
+    pub fn deploy_label(&self) -> String {
+        let value = crate::dead_letter::deploy_value(
+            self.deploy.as_deref().unwrap_or(""),
+            self.idemq_version.as_deref().unwrap_or(""),
+        );
+        if value.is_empty() {
+            "(unknown)".into()
+        } else {
+            value
+        }
+    }
+
     /// The error and its chain on one line.
     pub fn error_line(&self) -> String {
         let mut parts: Vec<&str> = self.last_error.iter().map(String::as_str).collect();
